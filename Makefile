@@ -1,0 +1,57 @@
+# codelegate — the two Quick start commands (`make run`, `make test`) and their helpers.
+# Everything is installed inside the checkout: Python deps into .venv, the pinned Claude Code CLI
+# into .tools/claude. Nothing is installed system-wide.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CLAUDE_VERSION := 2.1.332
+CLAUDE_DIR := .tools/claude
+CLAUDE_BIN := $(CLAUDE_DIR)/node_modules/.bin/claude
+PYTEST_ARGS ?=
+
+.PHONY: all setup run test lint typecheck bench clean
+
+all: test
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]'
+	touch $@
+
+# The pinned CLI, from the npm registry, into a local folder (its native binary comes in the
+# platform's optional dependency).
+$(CLAUDE_BIN):
+	mkdir -p $(CLAUDE_DIR)
+	npm install --silent --no-audit --no-fund --prefix $(CLAUDE_DIR) @anthropic-ai/claude-code@$(CLAUDE_VERSION)
+	$(CLAUDE_BIN) --version
+
+# Development defaults: socket var/codelegate.sock, store under var/, this directory as the only
+# workspace root. A `claude` already on PATH is used; otherwise the pinned one is installed.
+run: setup
+	@if command -v claude >/dev/null 2>&1; then cli=$$(command -v claude); \
+	else $(MAKE) --no-print-directory $(CLAUDE_BIN) >&2 && cli=$(CURDIR)/$(CLAUDE_BIN); fi; \
+	CODELEGATE_CLAUDE=$$cli exec $(BIN)/codelegate serve
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+typecheck: setup
+	$(BIN)/mypy
+
+# The tests always use the pinned CLI: golden transcripts are of that version.
+test: setup $(CLAUDE_BIN)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/pytest $(PYTEST_ARGS)
+
+bench: setup $(CLAUDE_BIN)
+	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .tools var .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -1,0 +1,200 @@
+"""Frames: what crosses the live boundary (WebSocket, NDJSON, the run store).
+
+They follow ConnectOnion's Agent IO wire events so that existing clients, which key cards by
+``tool_id`` and update them in place, render them unchanged. Every frame is a frozen msgspec
+Struct tagged by ``type``; fields that are ``None`` by default are left out of the JSON, so that a
+frame carries only what applies to it. See DESIGN.md, "Frames".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+PROVIDER: Final = "claude_code"
+
+ToolStatus = Literal["in_progress", "completed", "failed"]
+ErrorType = Literal["tool_error", "permission_denied", "cancelled", "interrupted", "timeout"]
+InvocationStatus = Literal["starting", "running", "completed", "failed", "cancelled"]
+OChatPermissionMode = Literal["manual", "auto_approve"]
+ActivityKind = Literal["command", "file_change", "inspect", "search", "tool"]
+ActivityStatus = Literal["running", "completed", "failed"]
+DiagnosticCode = Literal["malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line"]
+RunStatus = Literal["completed", "failed", "cancelled", "timeout", "interrupted"]
+
+
+class _Frame(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    tag_field="type",
+):
+    """Fields every frame carries."""
+
+    id: str
+    run_id: str
+    seq: int
+    ts: float
+    provider: str = PROVIDER
+    child_session_id: str | None = None
+    invocationId: str | None = None  # noqa: N815 — Agent IO wire name
+    parentToolCallId: str | None = None  # noqa: N815 — Agent IO wire name
+
+
+class ToolCall(_Frame, tag="tool_call"):
+    """A card opens: the first time a tool_use id is seen."""
+
+    tool_id: str
+    name: str
+    args: Any
+    status: Literal["in_progress"] = "in_progress"
+    parent_tool_id: str | None = None
+    summary: str = ""
+
+
+class ToolProgress(_Frame, tag="tool_progress"):
+    """An open card is still working (elapsed time, subagent counters)."""
+
+    tool_id: str
+    name: str
+    elapsed_ms: int
+    summary: str | None = None
+    tool_uses: int | None = None
+    total_tokens: int | None = None
+    last_tool_name: str | None = None
+
+
+class ToolResult(_Frame, tag="tool_result"):
+    """A card closes, exactly once."""
+
+    tool_id: str
+    name: str
+    status: Literal["completed", "failed"]
+    result: str = ""
+    timing_ms: int | None = None
+    error: str | None = None
+    error_type: ErrorType | None = None
+    diff: str | None = None
+    parent_tool_id: str | None = None
+
+
+class ProviderMessage(_Frame, tag="provider_message"):
+    """Assistant text."""
+
+    role: Literal["assistant"] = "assistant"
+    text: str
+    parent_tool_id: str | None = None
+
+
+class ProviderInvocation(_Frame, tag="provider_invocation"):
+    """The delegated call's lifecycle, for O Chat's Work Room (only when the request named a parent)."""
+
+    status: InvocationStatus
+    stateRevision: int  # noqa: N815
+    permissionMode: OChatPermissionMode  # noqa: N815
+    sessionId: str | None = None  # noqa: N815
+    elapsedMs: int = 0  # noqa: N815
+    taskTitle: str = "Complete the requested task"  # noqa: N815
+    currentSummary: str | None = None  # noqa: N815
+    resultSummary: str | None = None  # noqa: N815
+    errorSummary: str | None = None  # noqa: N815
+
+
+class ProviderActivity(_Frame, tag="provider_activity"):
+    """One activity row in the Work Room, mirroring a card (only when the request named a parent)."""
+
+    activityId: str  # noqa: N815
+    sequence: int
+    kind: ActivityKind
+    status: ActivityStatus
+    title: str
+    summary: str
+
+
+class PermissionDenial(msgspec.Struct, frozen=True, kw_only=True):
+    tool_id: str
+    name: str
+    input: Any = None
+
+
+class ToolCounts(msgspec.Struct, frozen=True, kw_only=True):
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+class FinalResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The run's one result: the HTTP answer with ``wait`` and the body of ``run_result``."""
+
+    provider: str = PROVIDER
+    run_id: str
+    status: RunStatus
+    session_id: str | None = None
+    resumed: bool = False
+    result: str = ""
+    error: str | None = None
+    exit_code: int | None = None
+    num_turns: int | None = None
+    duration_ms: int | None = None
+    total_cost_usd: float | None = None
+    usage: dict[str, Any] | None = None
+    permission_denials: list[PermissionDenial] = msgspec.field(default_factory=list)
+    tools: ToolCounts = msgspec.field(default_factory=ToolCounts)
+    files_changed: list[str] = msgspec.field(default_factory=list)
+
+
+class RunResult(_Frame, tag="run_result"):
+    """The last frame of every run."""
+
+    result: FinalResult
+
+
+class Diagnostic(_Frame, tag="diagnostic"):
+    """Bad or unknown input, counted; never the raw content."""
+
+    code: DiagnosticCode
+    count: int
+    detail: str | None = None
+
+
+Frame = (
+    ToolCall
+    | ToolProgress
+    | ToolResult
+    | ProviderMessage
+    | ProviderInvocation
+    | ProviderActivity
+    | RunResult
+    | Diagnostic
+)
+
+FRAME_TYPES: Final = (
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    ProviderMessage,
+    ProviderInvocation,
+    ProviderActivity,
+    RunResult,
+    Diagnostic,
+)
+
+_encoder: Final = msgspec.json.Encoder()
+_decoder: Final = msgspec.json.Decoder(Frame)
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """One frame as compact JSON bytes (encode once, send to every subscriber)."""
+    return _encoder.encode(frame)
+
+
+def decode_frame(data: bytes | str) -> Frame:
+    """The inverse of :func:`encode_frame` (for the store, clients and tests)."""
+    return _decoder.decode(data)
+
+
+def frame_id(run_id: str, seq: int) -> str:
+    """A frame's stable id: the same frame replayed, from memory or the store, has the same id."""
+    return f"{run_id}:{seq}"
