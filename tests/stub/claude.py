@@ -1,0 +1,137 @@
+"""Run the real Claude Code CLI headless against the stub, the way the daemon launches it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+API_KEY = "sk-ant-test-dummy"
+
+
+@dataclass
+class ClaudeRun:
+    """What one CLI process printed, and how it ended."""
+
+    argv: list[str]
+    stdout: bytes
+    stderr: str
+    exit_code: int | None
+    session_id: str | None
+    lines: list[dict[str, Any]] = field(default_factory=list)
+
+    def of_type(self, kind: str, subtype: str | None = None) -> list[dict[str, Any]]:
+        return [
+            line
+            for line in self.lines
+            if line.get("type") == kind and (subtype is None or line.get("subtype") == subtype)
+        ]
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return self.of_type("result")
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return self.results[-1]
+
+    def blocks(self, kind: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(line, block) for every content block of ``kind`` in assistant/user lines."""
+        out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for line in self.lines:
+            if line.get("type") not in ("assistant", "user"):
+                continue
+            content = (line.get("message") or {}).get("content")
+            if isinstance(content, list):
+                out.extend((line, b) for b in content if isinstance(b, dict) and b["type"] == kind)
+        return out
+
+
+def claude_env(base_url: str, home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A minimal child environment (as the daemon builds it) pointing the CLI at the stub."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": API_KEY,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    env.update(extra or {})
+    return env
+
+
+def claude_argv(
+    claude_bin: str,
+    *,
+    mode: str = "acceptEdits",
+    session_id: str | None = None,
+    resume: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    argv = [
+        claude_bin,
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--safe-mode",
+        "--permission-prompts",
+        "none",
+        "--permission-mode",
+        mode,
+    ]
+    if resume is not None:
+        argv += ["--resume", resume]
+    else:
+        argv += ["--session-id", session_id or str(uuid.uuid4())]
+    return argv + list(extra)
+
+
+async def run_claude(
+    claude_bin: str,
+    base_url: str,
+    prompt: str,
+    *,
+    workspace: Path,
+    home: Path,
+    mode: str = "acceptEdits",
+    session_id: str | None = None,
+    resume: str | None = None,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    time_limit: float = 60.0,
+) -> ClaudeRun:
+    """Run the CLI to completion (prompt on stdin) and parse its stream-json lines."""
+    if resume is None and session_id is None:
+        session_id = str(uuid.uuid4())
+    argv = claude_argv(
+        claude_bin, mode=mode, session_id=session_id, resume=resume, extra=extra_args
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=workspace,
+        env=claude_env(base_url, home, env),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(prompt.encode()), time_limit)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    run = ClaudeRun(argv, stdout, stderr.decode("utf-8", "replace"), proc.returncode, None)
+    for raw in stdout.splitlines():
+        if raw.strip():
+            run.lines.append(json.loads(raw))
+    inits = run.of_type("system", "init")
+    run.session_id = inits[0]["session_id"] if inits else (resume or session_id)
+    return run
