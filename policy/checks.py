@@ -1,0 +1,59 @@
+"""Checks of a config against the machine, for ``codelegate doctor`` and ``serve`` start-up.
+
+Pure like the rest of policy: the filesystem comes in as callables, so the daemon passes
+``os.path.isdir`` and an executable test, and the tests pass dictionaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from policy.config import Config
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing wrong with a loaded config on this machine: the dotted key and what is wrong."""
+
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
+def check_environment(
+    config: Config,
+    *,
+    isdir: Callable[[str], bool],
+    is_executable: Callable[[str], bool],
+    isfile: Callable[[str], bool] | None = None,
+) -> list[Problem]:
+    """What stops this config from working here; empty when nothing does.
+
+    ``is_executable`` receives ``[claude] path`` as written: for a bare name such as ``claude``
+    the caller looks it up on PATH. ``isfile``, when given, checks ``[server] token_file``.
+    """
+    problems: list[Problem] = []
+    for index, root in enumerate(config.policy.workspaces):
+        if not isdir(root):
+            problems.append(
+                Problem(
+                    key=f"policy.workspaces[{index}]",
+                    message=f"{root} is not an existing directory",
+                )
+            )
+    if not is_executable(config.claude.path):
+        problems.append(
+            Problem(
+                key="claude.path",
+                message=f"{config.claude.path} is not an executable Claude Code CLI",
+            )
+        )
+    token_file = config.server.token_file
+    if isfile is not None and token_file is not None and not isfile(token_file):
+        problems.append(
+            Problem(key="server.token_file", message=f"{token_file} is not an existing file")
+        )
+    return problems

@@ -1,0 +1,153 @@
+"""The child environment: an allowlist, never the daemon's environment minus a denylist.
+
+Only the variables of DESIGN "Child environment" reach Claude, plus what the operator names in
+``[claude] pass_env`` (never a name that could switch permission checks off or inject code into
+the CLI), plus two that policy sets itself: ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and the
+run marker ``CODELEGATE_RUN_ID``, which every descendant inherits so that the daemon can find a
+run's processes even after they leave its process tree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from policy.config import Config
+
+RUN_MARKER_VAR: Final = "CODELEGATE_RUN_ID"
+NONESSENTIAL_TRAFFIC_VAR: Final = "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"
+
+BASE_VARS: Final = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"})
+AUTH_VARS: Final = frozenset(
+    {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_BASE_URL",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "CLAUDE_CONFIG_DIR",
+    }
+)
+BEDROCK_VARS: Final = frozenset(
+    {
+        "CLAUDE_CODE_USE_BEDROCK",
+        "CLAUDE_CODE_SKIP_BEDROCK_AUTH",
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_BEARER_TOKEN_BEDROCK",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_ROLE_SESSION_NAME",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    }
+)
+VERTEX_VARS: Final = frozenset(
+    {
+        "CLAUDE_CODE_USE_VERTEX",
+        "CLAUDE_CODE_SKIP_VERTEX_AUTH",
+        "ANTHROPIC_VERTEX_PROJECT_ID",
+        "ANTHROPIC_VERTEX_BASE_URL",
+        "CLOUD_ML_REGION",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_CLOUD_PROJECT",
+        "GCLOUD_PROJECT",
+        "CLOUDSDK_CONFIG",
+    }
+)
+# Vertex reads per-model regions from VERTEX_REGION_CLAUDE_<MODEL>.
+_VERTEX_PREFIX: Final = "VERTEX_REGION_CLAUDE_"
+_LOCALE: Final = re.compile(r"LC_[A-Z_]{1,32}", re.ASCII)
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
+
+# Names policy sets itself: an operator's copy would override them.
+_OWN_VARS: Final = frozenset({RUN_MARKER_VAR, NONESSENTIAL_TRAFFIC_VAR, "CLAUDE_CODE_SAFE_MODE"})
+# Variables that load code into the CLI or a shell before permission checks run; passing one
+# would let whoever controls the daemon's environment rewrite the CLI's behaviour.
+_CODE_INJECTION_VARS: Final = frozenset(
+    {
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PROMPT_COMMAND",
+        "PS4",
+        "PYTHONSTARTUP",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "GCONV_PATH",
+        "HOSTALIASES",
+    }
+)
+_CODE_INJECTION_PREFIXES: Final = ("LD_", "DYLD_", "NODE_", "NPM_CONFIG_", "BUN_")
+_PERMISSION_WORDS: Final = ("BYPASS", "DANGEROUS", "PERMISSION", "SKIP_PERM")
+
+
+def refused_pass_env(name: str) -> str | None:
+    """Why ``name`` may not be listed in ``[claude] pass_env``, or None when it may."""
+    if not _ENV_NAME.fullmatch(name):
+        return f"expected an environment variable name; got {name!r}"
+    upper = name.upper()
+    if upper in _OWN_VARS or upper.startswith("CODELEGATE_"):
+        return f"{name} is set by codelegate itself and cannot be passed"
+    if any(word in upper for word in _PERMISSION_WORDS):
+        return f"{name} could change permission checks and is never passed"
+    if upper in _CODE_INJECTION_VARS or upper.startswith(_CODE_INJECTION_PREFIXES):
+        return f"{name} could load code into the CLI and is never passed"
+    if upper in BEDROCK_VARS:
+        return f"{name} is a Bedrock variable: set claude.enable_bedrock = true instead"
+    if upper in VERTEX_VARS or upper.startswith(_VERTEX_PREFIX):
+        return f"{name} is a Vertex variable: set claude.enable_vertex = true instead"
+    return None
+
+
+def _allowed(config: Config, name: str) -> bool:
+    """Whether the allowlist for this config admits ``name``."""
+    claude = config.claude
+    if name in BASE_VARS or name in AUTH_VARS or _LOCALE.fullmatch(name):
+        return True
+    if claude.enable_bedrock and name in BEDROCK_VARS:
+        return True
+    if claude.enable_vertex and (name in VERTEX_VARS or name.startswith(_VERTEX_PREFIX)):
+        return True
+    # Checked again here, not only at config load, in case a Config was built by hand.
+    return name in claude.pass_env and refused_pass_env(name) is None
+
+
+def child_environment(
+    config: Config, parent_env: Mapping[str, str], *, marker: tuple[str, str]
+) -> dict[str, str]:
+    """The complete environment of a run's CLI: the allowlist of ``parent_env`` plus our own."""
+    name, run_id = marker
+    if name != RUN_MARKER_VAR or not run_id or "\x00" in run_id:
+        raise ValueError(f"the run marker must be ({RUN_MARKER_VAR!r}, <run id>)")
+    env = {
+        key: value
+        for key, value in parent_env.items()
+        if "\x00" not in key and "\x00" not in value and _allowed(config, key)
+    }
+    env[NONESSENTIAL_TRAFFIC_VAR] = "1"
+    env[RUN_MARKER_VAR] = run_id
+    return env
+
+
+def auth_variables_present(config: Config, parent_env: Mapping[str, str]) -> list[str]:
+    """Names (never values) of the authentication variables a run would get, for ``doctor``."""
+    names = set(AUTH_VARS)
+    if config.claude.enable_bedrock:
+        names |= BEDROCK_VARS
+    if config.claude.enable_vertex:
+        names |= VERTEX_VARS
+    return sorted(name for name in names if parent_env.get(name))
