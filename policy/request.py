@@ -1,0 +1,92 @@
+"""The body of ``POST /v1/runs``: decoded strictly; 400/413 with a message naming the field.
+
+Only shape is checked here (types, unknown fields, sizes, id syntax). Whether the caller may have
+what it asks for (mode, workspace, model, budget, resume) is decided by ``policy.launch``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Final
+
+import msgspec
+
+from policy.errors import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE, PolicyError
+
+# The id syntax O Chat accepts for invocationId / parentToolCallId.
+TOOL_CALL_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}", re.ASCII)
+# JSON escapes can make a body several times larger than the task it carries, so the body bound
+# leaves room for that and for the other fields; the task itself is measured after decoding.
+_BODY_OVERHEAD: Final = 64 * 1024
+_BODY_FACTOR: Final = 6
+
+_Text = Annotated[str, msgspec.Meta(max_length=4096)]
+
+
+class Parent(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The parent agent's tool call this run works for (Agent IO ``parentToolCallId``)."""
+
+    tool_call_id: str
+    session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=512)] | None = None
+
+
+class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A caller's request for one delegated run."""
+
+    task: str
+    cwd: _Text = "."
+    mode: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    resume: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    model: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    max_budget_usd: Annotated[float, msgspec.Meta(gt=0, le=1_000_000)] | None = None
+    parent: Parent | None = None
+    wait: bool = False
+
+
+_DECODER: Final = msgspec.json.Decoder(RunRequest)
+_UNKNOWN: Final = re.compile(r"Object contains unknown field `(.*)`")
+
+
+def decode_run_request(body: bytes, *, max_task_bytes: int) -> RunRequest:
+    """Decode and shape-check a ``POST /v1/runs`` body; PolicyError 400 or 413 on refusal."""
+    if len(body) > max_task_bytes * _BODY_FACTOR + _BODY_OVERHEAD:
+        raise PolicyError(
+            413,
+            TASK_TOO_LARGE,
+            f"request body too large: the task may be at most {max_task_bytes} bytes",
+        )
+    try:
+        request = _DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        raise PolicyError(400, BAD_REQUEST, _describe(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        raise PolicyError(400, BAD_REQUEST, f"request body is not valid JSON: {exc}") from None
+    size = len(request.task.encode("utf-8", "surrogatepass"))
+    if size > max_task_bytes:
+        raise PolicyError(
+            413,
+            TASK_TOO_LARGE,
+            f"task is {size} bytes; at most {max_task_bytes} bytes are accepted",
+        )
+    if not request.task.strip():
+        raise PolicyError(400, EMPTY_TASK, "task must not be empty")
+    if request.parent is not None and not TOOL_CALL_ID.fullmatch(request.parent.tool_call_id):
+        raise PolicyError(
+            400,
+            BAD_REQUEST,
+            "parent.tool_call_id: expected 1-512 characters of A-Z a-z 0-9 . _ : -",
+        )
+    return request
+
+
+def _describe(message: str) -> str:
+    """msgspec's ``Expected `bool`, got `str` - at `$.wait``` → ``wait: expected `bool`, …``."""
+    text, _, path = message.partition(" - at `$")
+    field = path.rstrip("`").lstrip(".")
+    unknown = _UNKNOWN.fullmatch(text)
+    if unknown:
+        known = msgspec.structs.fields(Parent if field == "parent" else RunRequest)
+        name = f"{field}.{unknown.group(1)}" if field else unknown.group(1)
+        return f"{name}: unknown field; expected one of: {', '.join(f.name for f in known)}"
+    where = field or "request body"
+    return f"{where}: {text[:1].lower()}{text[1:]}"
