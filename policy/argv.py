@@ -1,0 +1,67 @@
+"""The CLI's argv, as a tuple: never a shell string, never the prompt, never a bypass.
+
+The fixed part pins headless, fail-closed behaviour: ``--safe-mode`` (no CLAUDE.md, hooks,
+plugins, MCP servers) and ``--permission-prompts none`` (whatever would prompt is denied).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from policy.config import MODEL_NAME
+from policy.errors import BYPASS_REFUSED, MODEL_NOT_ALLOWED, PolicyError
+from policy.modes import DANGEROUS_FLAGS, SAFE_CLI_MODES, Mode, names_bypass
+from policy.session import parse_session_id
+
+if TYPE_CHECKING:
+    from policy.config import Config
+
+FIXED_FLAGS: Final = (
+    "-p",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--safe-mode",
+    "--permission-prompts",
+    "none",
+)
+
+
+def build_argv(
+    config: Config,
+    *,
+    mode: Mode,
+    session_id: str,
+    resumed: bool,
+    model: str | None = None,
+    max_budget_usd: float | None = None,
+) -> tuple[str, ...]:
+    """argv for one run; the operator's allow/deny rules go last, callers cannot add any."""
+    argv = [config.claude.path, *FIXED_FLAGS, "--permission-mode", mode.cli]
+    argv += ["--resume" if resumed else "--session-id", parse_session_id(session_id)]
+    if model is not None:
+        # A value starting with "-" could be read as another option.
+        if not MODEL_NAME.fullmatch(model):
+            raise PolicyError(403, MODEL_NOT_ALLOWED, f"model {model!r} is not a model name")
+        argv += ["--model", model]
+    if max_budget_usd is not None:
+        argv += ["--max-budget-usd", repr(float(max_budget_usd))]
+    # Variadic options: each rule is its own argument, and config validation guarantees that no
+    # rule starts with "-", so a rule can never be read as another option.
+    if config.policy.allowed_tools:
+        argv += ["--allowed-tools", *config.policy.allowed_tools]
+    if config.policy.disallowed_tools:
+        argv += ["--disallowed-tools", *config.policy.disallowed_tools]
+    _refuse_bypass(argv)
+    return tuple(argv)
+
+
+def _refuse_bypass(argv: list[str]) -> None:
+    """Defence in depth: whatever built the pieces, a bypass never reaches the CLI."""
+    modes = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--permission-mode"]
+    if (
+        len(modes) != 1
+        or modes[0] not in SAFE_CLI_MODES
+        or any(arg in DANGEROUS_FLAGS or names_bypass(arg) for arg in argv)
+    ):
+        raise PolicyError(403, BYPASS_REFUSED, "refusing a launch that would bypass permissions")
