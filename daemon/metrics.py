@@ -1,0 +1,88 @@
+"""Prometheus text exposition of the daemon's counters (no client library: a few lines do)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Final
+
+# Run durations in seconds; a delegated coding task takes seconds to tens of minutes.
+DURATION_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+
+class Metrics:
+    """Counters the run manager and the app update; :meth:`render` writes them out."""
+
+    def __init__(self) -> None:
+        self.runs_started = 0
+        self.runs_finished: Counter[str] = Counter()
+        self.runs_refused: Counter[str] = Counter()
+        self.frames: Counter[str] = Counter()
+        self.diagnostics: Counter[str] = Counter()
+        self.ws_connections = 0
+        self.http_errors: Counter[int] = Counter()
+        self._buckets = [0] * len(DURATION_BUCKETS)
+        self._duration_sum = 0.0
+        self._duration_count = 0
+
+    def observe_duration(self, seconds: float) -> None:
+        """Record one finished run's wall-clock duration."""
+        self._duration_sum += seconds
+        self._duration_count += 1
+        for i, bound in enumerate(DURATION_BUCKETS):
+            if seconds <= bound:
+                self._buckets[i] += 1
+
+    def render(
+        self,
+        *,
+        runs_active: int,
+        subscribers: int,
+        frames_published: int,
+        frames_queued: int,
+        subscribers_dropped: int,
+    ) -> str:
+        """The text format (version 0.0.4) for ``GET /metrics``."""
+        out: list[str] = []
+
+        def family(name: str, kind: str, help_text: str) -> None:
+            out.append(f"# HELP {name} {help_text}")
+            out.append(f"# TYPE {name} {kind}")
+
+        family("codelegate_runs_active", "gauge", "Runs currently running.")
+        out.append(f"codelegate_runs_active {runs_active}")
+        family("codelegate_runs_started_total", "counter", "Runs spawned since start-up.")
+        out.append(f"codelegate_runs_started_total {self.runs_started}")
+        family("codelegate_runs_total", "counter", "Finished runs by final status.")
+        for status in ("completed", "failed", "cancelled", "timeout", "interrupted"):
+            out.append(f'codelegate_runs_total{{status="{status}"}} {self.runs_finished[status]}')
+        family("codelegate_runs_refused_total", "counter", "Run requests refused, by error code.")
+        for code, n in sorted(self.runs_refused.items()):
+            out.append(f'codelegate_runs_refused_total{{code="{code}"}} {n}')
+        family("codelegate_frames_total", "counter", "Frames produced by runs, by type.")
+        for kind, n in sorted(self.frames.items()):
+            out.append(f'codelegate_frames_total{{type="{kind}"}} {n}')
+        family("codelegate_diagnostics_total", "counter", "Diagnostic frames, by code.")
+        for code, n in sorted(self.diagnostics.items()):
+            out.append(f'codelegate_diagnostics_total{{code="{code}"}} {n}')
+        family("codelegate_frames_published_total", "counter", "Frames handed to the hub.")
+        out.append(f"codelegate_frames_published_total {frames_published}")
+        family("codelegate_frames_sent_total", "counter", "Frame deliveries queued to clients.")
+        out.append(f"codelegate_frames_sent_total {frames_queued}")
+        family("codelegate_subscribers", "gauge", "Connected WebSocket and NDJSON subscribers.")
+        out.append(f"codelegate_subscribers {subscribers}")
+        family(
+            "codelegate_subscribers_dropped_total",
+            "counter",
+            "Subscribers closed because they fell behind.",
+        )
+        out.append(f"codelegate_subscribers_dropped_total {subscribers_dropped}")
+        family("codelegate_http_errors_total", "counter", "Error answers, by HTTP status.")
+        for status_code, n in sorted(self.http_errors.items()):
+            out.append(f'codelegate_http_errors_total{{status="{status_code}"}} {n}')
+        family("codelegate_run_duration_seconds", "histogram", "Wall-clock duration of runs.")
+        for bound, n in zip(DURATION_BUCKETS, self._buckets, strict=True):
+            out.append(f'codelegate_run_duration_seconds_bucket{{le="{bound:g}"}} {n}')
+        out.append(f'codelegate_run_duration_seconds_bucket{{le="+Inf"}} {self._duration_count}')
+        out.append(f"codelegate_run_duration_seconds_sum {self._duration_sum:.3f}")
+        out.append(f"codelegate_run_duration_seconds_count {self._duration_count}")
+        return "\n".join(out) + "\n"

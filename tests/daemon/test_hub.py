@@ -1,0 +1,145 @@
+"""The hub alone: snapshot + live without gap or duplicate, lagging subscribers dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from daemon.hub import CLOSE_GOING_AWAY, CLOSE_LAGGING, Delivery, Hub, Subscriber
+
+
+class FakeRun:
+    """A run's side of the contract: append to the log and publish in one synchronous step."""
+
+    def __init__(self, hub: Hub, run_id: str = "r1") -> None:
+        self.hub = hub
+        self.run_id = run_id
+        self.log: list[Delivery] = []
+
+    def emit(self, *, last: bool = False) -> None:
+        seq = len(self.log) + 1
+        data = b'{"seq":%d}' % seq
+        self.log.append(Delivery(self.run_id, seq, data, last))
+        self.hub.publish(self.run_id, seq, data, last=last)
+
+    def subscribe(self, sub: Subscriber, after: int) -> None:
+        self.hub.subscribe(sub, self.run_id, [d for d in self.log if d.seq > after])
+
+
+async def drain(sub: Subscriber, until_seq: int) -> list[int]:
+    seqs: list[int] = []
+    while not seqs or seqs[-1] < until_seq:
+        items = await sub.get()
+        if not items:
+            break
+        seqs.extend(i.seq for i in items if isinstance(i, Delivery))
+    return seqs
+
+
+async def test_snapshot_plus_live_has_no_gap_and_no_duplicate() -> None:
+    hub = Hub()
+    run = FakeRun(hub)
+    total = 500
+    rng = random.Random(7)
+    subs: list[tuple[Subscriber, int]] = []
+
+    async def publisher() -> None:
+        for _ in range(total):
+            run.emit()
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+
+    async def joiner() -> None:
+        for _ in range(40):
+            after = rng.randint(0, len(run.log))
+            sub = Subscriber(max_queue=total + 1)
+            run.subscribe(sub, after)
+            subs.append((sub, after))
+            await asyncio.sleep(0)
+
+    await asyncio.gather(publisher(), joiner())
+    for sub, after in subs:
+        seqs = await drain(sub, total)
+        assert seqs == list(range(after + 1, total + 1))
+
+
+async def test_slow_subscriber_is_closed_and_others_get_everything() -> None:
+    hub = Hub()
+    run = FakeRun(hub)
+    slow = Subscriber(max_queue=16, name="slow")
+    fast = Subscriber(max_queue=16, name="fast")
+    run.subscribe(slow, 0)
+    run.subscribe(fast, 0)
+    got: list[int] = []
+
+    async def fast_reader() -> None:
+        got.extend(await drain(fast, 100))
+
+    reader = asyncio.create_task(fast_reader())
+    for _ in range(100):
+        run.emit()
+        await asyncio.sleep(0)  # the fast reader keeps up; the slow one never reads
+    await reader
+    assert got == list(range(1, 101))
+    assert slow.closed
+    assert slow.close_code == CLOSE_LAGGING
+    assert "after=" in slow.close_reason
+    assert await slow.get() == []
+    assert hub.stats.subscribers_dropped == 1
+    assert hub.subscriber_count == 1
+
+
+async def test_lag_reason_names_the_last_seq_delivered() -> None:
+    hub = Hub()
+    run = FakeRun(hub)
+    sub = Subscriber(max_queue=16)
+    run.subscribe(sub, 0)
+    for _ in range(3):
+        run.emit()
+    assert [d.seq for d in await sub.get() if isinstance(d, Delivery)] == [1, 2, 3]
+    for _ in range(17):
+        run.emit()
+    assert sub.close_reason == "lagging, reconnect with after=3"
+
+
+async def test_follow_all_sees_new_runs_once_even_if_also_subscribed() -> None:
+    hub = Hub()
+    a, b = FakeRun(hub, "a"), FakeRun(hub, "b")
+    sub = Subscriber(max_queue=100)
+    hub.follow_all(sub, [])
+    a.subscribe(sub, 0)
+    a.emit()
+    b.emit()
+    items = await sub.get()
+    assert [(d.run_id, d.seq) for d in items if isinstance(d, Delivery)] == [("a", 1), ("b", 1)]
+    hub.unsubscribe(sub, "*")
+    b.emit()
+    a.emit()
+    items = await sub.get()
+    assert [(d.run_id, d.seq) for d in items if isinstance(d, Delivery)] == [("a", 2)]
+
+
+async def test_close_all_goes_away_and_wakes_waiters() -> None:
+    hub = Hub()
+    sub = Subscriber(max_queue=4)
+    hub.attach(sub)
+    waiter = asyncio.create_task(sub.get())
+    await asyncio.sleep(0)
+    hub.close_all(CLOSE_GOING_AWAY, "bye")
+    assert await waiter == []
+    assert sub.close_code == CLOSE_GOING_AWAY
+    assert hub.subscriber_count == 0
+
+
+async def test_replay_and_control_messages_do_not_count_against_the_bound() -> None:
+    hub = Hub()
+    run = FakeRun(hub)
+    for _ in range(50):
+        run.emit()
+    sub = Subscriber(max_queue=16)
+    run.subscribe(sub, 0)
+    sub.control(b'{"type":"subscribed"}')
+    run.emit()
+    assert not sub.closed
+    items = await sub.get()
+    assert len(items) == 52
