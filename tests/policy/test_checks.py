@@ -1,0 +1,44 @@
+"""check_environment: what stops a config from working on this machine, via callables."""
+
+from __future__ import annotations
+
+from policy.checks import Problem, check_environment
+from tests.policy.conftest import make_config
+
+CONFIG = make_config(
+    '[claude]\npath = "/opt/claude"\n[server]\ntcp = "127.0.0.1:8765"\ntoken_file = "/etc/tok"',
+    roots=("/srv/a", "/srv/b"),
+)
+
+
+def test_all_good() -> None:
+    problems = check_environment(
+        CONFIG, isdir=lambda p: True, is_executable=lambda p: True, isfile=lambda p: True
+    )
+    assert problems == []
+
+
+def test_every_problem_named() -> None:
+    problems = check_environment(
+        CONFIG,
+        isdir=lambda p: p == "/srv/a",
+        is_executable=lambda p: False,
+        isfile=lambda p: False,
+    )
+    assert [str(p) for p in problems] == [
+        "policy.workspaces[1]: /srv/b is not an existing directory",
+        "claude.path: /opt/claude is not an executable Claude Code CLI",
+        "server.token_file: /etc/tok is not an existing file",
+    ]
+    assert problems[0] == Problem(key="policy.workspaces[1]", message=problems[0].message)
+
+
+def test_token_file_checked_only_when_asked_and_configured() -> None:
+    assert check_environment(CONFIG, isdir=lambda p: True, is_executable=lambda p: True) == []
+    no_tcp = make_config()
+    assert (
+        check_environment(
+            no_tcp, isdir=lambda p: True, is_executable=lambda p: True, isfile=lambda p: False
+        )
+        == []
+    )
