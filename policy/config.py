@@ -192,8 +192,9 @@ def _validate(config: Config, source: str) -> Config:
         key = f"policy.workspaces[{index}]"
         if not root.startswith("/"):
             raise fail(key, f"expected an absolute path; got {root!r}")
-        normal = posixpath.normpath(root)
-        if normal in ("/", "//"):
+        # normpath keeps a leading "//" (POSIX leaves its meaning open); Linux reads it as "/".
+        normal = "/" + posixpath.normpath(root).lstrip("/")
+        if normal == "/":
             raise fail(key, "expected a directory below /; / would contain the whole machine")
         roots.append(normal)
     if not policy.allowed_modes:
@@ -273,7 +274,7 @@ def development_config(cwd: str, claude_path: str) -> Config:
     """Defaults for ``codelegate serve`` without a config: state under ``cwd/var``, cwd the root."""
     if not cwd.startswith("/"):
         raise ValueError("development_config needs an absolute cwd")
-    root = posixpath.normpath(cwd)
+    root = "/" + posixpath.normpath(cwd).lstrip("/")
     var = posixpath.join(root, "var")
     config = Config(
         server=ServerConfig(socket=posixpath.join(var, "codelegate.sock")),

@@ -32,6 +32,8 @@ def is_inside(path: str, root: str) -> bool:
 
 
 def _in_kernel_tree(path: str) -> bool:
+    # POSIX keeps a leading "//" through normpath and realpath; the kernel treats it as "/".
+    path = "/" + path.lstrip("/")
     return any(is_inside(path, tree) for tree in _KERNEL_TREES)
 
 

@@ -322,3 +322,8 @@ def test_development_config_refuses_root_cwd() -> None:
 
 def test_config_root_constant_is_absolute() -> None:
     assert make_config().policy.workspaces == (ROOT,)
+
+
+def test_roots_are_normalised_to_one_leading_slash() -> None:
+    config = make_config(roots=("//srv/ws/", "/srv/a/./b"))
+    assert config.policy.workspaces == ("/srv/ws", "/srv/a/b")
