@@ -20,10 +20,15 @@ InvocationStatus = Literal["starting", "running", "completed", "failed", "cancel
 OChatPermissionMode = Literal["manual", "auto_approve"]
 ActivityKind = Literal["command", "file_change", "inspect", "search", "tool"]
 ActivityStatus = Literal["running", "completed", "failed"]
-DiagnosticCode = Literal["malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line"]
+DiagnosticCode = Literal[
+    "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line"
+]
 RunStatus = Literal["completed", "failed", "cancelled", "timeout", "interrupted"]
 
 
+# Fields a client relies on (provider, status, role, result …) have no default: ``omit_defaults``
+# leaves a default-valued field out of the JSON, and O Chat drops a provider_invocation without
+# ``provider`` or ``taskTitle``.
 class _Frame(
     msgspec.Struct,
     frozen=True,
@@ -37,24 +42,24 @@ class _Frame(
     run_id: str
     seq: int
     ts: float
-    provider: str = PROVIDER
+    provider: Literal["claude_code"]
     child_session_id: str | None = None
-    invocationId: str | None = None  # noqa: N815 — Agent IO wire name
-    parentToolCallId: str | None = None  # noqa: N815 — Agent IO wire name
+    invocationId: str | None = None
+    parentToolCallId: str | None = None
 
 
-class ToolCall(_Frame, tag="tool_call"):
+class ToolCall(_Frame, tag="tool_call", frozen=True, kw_only=True):
     """A card opens: the first time a tool_use id is seen."""
 
     tool_id: str
     name: str
     args: Any
-    status: Literal["in_progress"] = "in_progress"
+    status: Literal["in_progress"]
     parent_tool_id: str | None = None
     summary: str = ""
 
 
-class ToolProgress(_Frame, tag="tool_progress"):
+class ToolProgress(_Frame, tag="tool_progress", frozen=True, kw_only=True):
     """An open card is still working (elapsed time, subagent counters)."""
 
     tool_id: str
@@ -66,13 +71,13 @@ class ToolProgress(_Frame, tag="tool_progress"):
     last_tool_name: str | None = None
 
 
-class ToolResult(_Frame, tag="tool_result"):
+class ToolResult(_Frame, tag="tool_result", frozen=True, kw_only=True):
     """A card closes, exactly once."""
 
     tool_id: str
     name: str
     status: Literal["completed", "failed"]
-    result: str = ""
+    result: str
     timing_ms: int | None = None
     error: str | None = None
     error_type: ErrorType | None = None
@@ -80,37 +85,38 @@ class ToolResult(_Frame, tag="tool_result"):
     parent_tool_id: str | None = None
 
 
-class ProviderMessage(_Frame, tag="provider_message"):
+class ProviderMessage(_Frame, tag="provider_message", frozen=True, kw_only=True):
     """Assistant text."""
 
-    role: Literal["assistant"] = "assistant"
+    role: Literal["assistant"]
     text: str
     parent_tool_id: str | None = None
 
 
-class ProviderInvocation(_Frame, tag="provider_invocation"):
-    """The delegated call's lifecycle, for O Chat's Work Room (only when the request named a parent)."""
+class ProviderInvocation(_Frame, tag="provider_invocation", frozen=True, kw_only=True):
+    """The delegated call's lifecycle, for O Chat's Work Room (when the request named a parent)."""
 
     status: InvocationStatus
-    stateRevision: int  # noqa: N815
-    permissionMode: OChatPermissionMode  # noqa: N815
-    sessionId: str | None = None  # noqa: N815
-    elapsedMs: int = 0  # noqa: N815
-    taskTitle: str = "Complete the requested task"  # noqa: N815
-    currentSummary: str | None = None  # noqa: N815
-    resultSummary: str | None = None  # noqa: N815
-    errorSummary: str | None = None  # noqa: N815
+    stateRevision: int
+    permissionMode: OChatPermissionMode
+    sessionId: str | None = None
+    elapsedMs: int
+    taskTitle: Literal["Complete the requested task"]
+    currentSummary: str | None = None
+    resultSummary: str | None = None
+    errorSummary: str | None = None
 
 
-class ProviderActivity(_Frame, tag="provider_activity"):
-    """One activity row in the Work Room, mirroring a card (only when the request named a parent)."""
+class ProviderActivity(_Frame, tag="provider_activity", frozen=True, kw_only=True):
+    """One Work Room row, mirroring a card (when the request named a parent)."""
 
-    activityId: str  # noqa: N815
+    activityId: str
     sequence: int
     kind: ActivityKind
     status: ActivityStatus
     title: str
     summary: str
+    files: list[str] | None = None  # file_change rows: the files, relative to the run's cwd
 
 
 class PermissionDenial(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,13 +151,13 @@ class FinalResult(msgspec.Struct, frozen=True, kw_only=True):
     files_changed: list[str] = msgspec.field(default_factory=list)
 
 
-class RunResult(_Frame, tag="run_result"):
+class RunResult(_Frame, tag="run_result", frozen=True, kw_only=True):
     """The last frame of every run."""
 
     result: FinalResult
 
 
-class Diagnostic(_Frame, tag="diagnostic"):
+class Diagnostic(_Frame, tag="diagnostic", frozen=True, kw_only=True):
     """Bad or unknown input, counted; never the raw content."""
 
     code: DiagnosticCode

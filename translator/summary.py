@@ -1,0 +1,129 @@
+"""Human titles for cards, activity kinds, and the fixed texts O Chat's Work Room accepts.
+
+Card titles (``summary``) may name paths and commands: they are redacted and cut to 240
+characters by the caller. Activity texts never do: O Chat accepts only the allowlisted pairs below.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any, Final
+
+from translator.frames import ActivityKind, ActivityStatus
+
+FILE_CHANGE_TOOLS: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
+SUBAGENT_TOOLS: Final = frozenset({"Task", "Agent"})
+
+_KINDS: Final[dict[str, ActivityKind]] = {
+    **dict.fromkeys(FILE_CHANGE_TOOLS, "file_change"),
+    **dict.fromkeys(("Read", "Glob", "LS"), "inspect"),
+    **dict.fromkeys(("Grep", "WebSearch", "WebFetch"), "search"),
+    "Bash": "command",
+}
+
+# (title, running, completed, failed summaries) per kind: DESIGN "What O Chat accepts".
+_ACTIVITY_TEXTS: Final[dict[ActivityKind, tuple[str, str, str, str]]] = {
+    "file_change": (
+        "Update workspace files",
+        "Preparing workspace file changes",
+        "Workspace files updated",
+        "Workspace file change failed",
+    ),
+    "inspect": (
+        "Inspect the workspace",
+        "Inspecting workspace context",
+        "Workspace inspection completed",
+        "Workspace inspection failed",
+    ),
+    "search": (
+        "Search for context",
+        "Searching for relevant context",
+        "Context search completed",
+        "Context search failed",
+    ),
+    "command": (
+        "Run a workspace command",
+        "Running a workspace command",
+        "Completed a workspace command",
+        "A workspace command failed",
+    ),
+    "tool": (
+        "Use a provider tool",
+        "Using a provider tool",
+        "Provider tool completed",
+        "Provider tool failed",
+    ),
+}
+_STATUS_INDEX: Final[dict[ActivityStatus, int]] = {"running": 1, "completed": 2, "failed": 3}
+
+
+def activity_kind(tool: str) -> ActivityKind:
+    """The Work Room kind of a tool (``tool`` for any tool not named in DESIGN)."""
+    return _KINDS.get(tool, "tool")
+
+
+def activity_texts(kind: ActivityKind, status: ActivityStatus) -> tuple[str, str]:
+    """The allowlisted ``(title, summary)`` pair for an activity row."""
+    texts = _ACTIVITY_TEXTS[kind]
+    return texts[0], texts[_STATUS_INDEX[status]]
+
+
+def relative_path(path: str, cwd: str) -> str:
+    """``path`` relative to the run's ``cwd`` when inside it; otherwise as given."""
+    if not path.startswith("/"):
+        return path
+    norm = posixpath.normpath(path)
+    base = posixpath.normpath(cwd) if cwd else "/"
+    if norm == base:
+        return "."
+    prefix = base if base.endswith("/") else base + "/"
+    return norm[len(prefix) :] if norm.startswith(prefix) else norm
+
+
+def _text(args: dict[str, Any], key: str) -> str:
+    value = args.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def tool_title(tool: str, args: Any, cwd: str) -> str:
+    """A short human title: ``Read src/app.py``, ``Run: pytest -q``, ``Search "TODO" in src``."""
+    if not isinstance(args, dict):
+        return tool
+    path = relative_path(_text(args, "file_path") or _text(args, "notebook_path"), cwd)
+    where = relative_path(_text(args, "path"), cwd)
+    in_where = f" in {where}" if where else ""
+    if tool == "Read" and path:
+        return f"Read {path}"
+    if tool == "Write" and path:
+        return f"Write {path}"
+    if tool in FILE_CHANGE_TOOLS and path:
+        return f"Edit {path}"
+    if tool == "Bash" and _text(args, "command"):
+        return f"Run: {_one_line(_text(args, 'command'))}"
+    if tool == "Grep" and _text(args, "pattern"):
+        return f'Search "{_text(args, "pattern")}"{in_where}'
+    if tool == "Glob" and _text(args, "pattern"):
+        return f"Find {_text(args, 'pattern')}{in_where}"
+    if tool == "LS" and where:
+        return f"List {where}"
+    if tool == "WebFetch" and _text(args, "url"):
+        return f"Fetch {_text(args, 'url')}"
+    if tool == "WebSearch" and _text(args, "query"):
+        return f'Search the web for "{_text(args, "query")}"'
+    if tool in SUBAGENT_TOOLS and _text(args, "description"):
+        return f"{tool}: {_one_line(_text(args, 'description'))}"
+    if tool == "TodoWrite":
+        return "Update the to-do list"
+    return tool
+
+
+def changed_path(tool: str, args: Any, cwd: str) -> str | None:
+    """The file a file-changing tool wrote, relative to ``cwd`` (for ``files_changed``)."""
+    if tool not in FILE_CHANGE_TOOLS or not isinstance(args, dict):
+        return None
+    path = _text(args, "file_path") or _text(args, "notebook_path")
+    return relative_path(path, cwd) if path else None

@@ -1,0 +1,312 @@
+"""Input Structs for Claude Code's ``stream-json`` lines.
+
+Only the fields the translator uses are declared: msgspec skips the rest without building
+Python objects, which is most of the translator's speed. Lines are a tagged union on ``type``
+(``result`` lines put ``type`` near the end of the object; msgspec finds it anyway). Unknown
+types are not an error of the union's own: :func:`decode_line` falls back to reading the bare
+``type`` so that an unknown type is counted apart from a malformed line.
+
+``system`` lines declare only ``subtype``: each subtype the translator acts on is decoded a second
+time with its own Struct, so that a field of an odd shape in a subtype we ignore never costs us
+the line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+# Raw fields are captured without being parsed; "absent" reads the same as JSON null.
+_RAW_NULL: Final = msgspec.Raw(b"null")
+
+
+class Block(msgspec.Struct):
+    """A content block of an assistant message (text, thinking, tool_use, …)."""
+
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: Any = None
+
+
+class Message(msgspec.Struct):
+    content: list[Block] | str = ""
+
+
+class Part(msgspec.Struct):
+    """A part of a tool_result's content list (text, image, …)."""
+
+    type: str = ""
+    text: str | None = None
+
+
+class ResultBlock(msgspec.Struct):
+    """A content block of a user message; only ``tool_result`` blocks matter."""
+
+    type: str = ""
+    tool_use_id: str | None = None
+    content: str | list[Part] | None = None
+    is_error: bool | None = None
+
+
+class UserMessage(msgspec.Struct):
+    content: list[ResultBlock] | str = ""
+
+
+class _Line(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class Assistant(_Line, tag="assistant"):
+    message: Message
+    parent_tool_use_id: str | None = None
+    session_id: str | None = None
+
+
+class User(_Line, tag="user"):
+    message: UserMessage
+    parent_tool_use_id: str | None = None
+    # Structured data about the tool's result (Edit's structuredPatch, an async launch …). Its
+    # shape differs per tool: kept raw and decoded only for the tools that need it.
+    tool_use_result: msgspec.Raw = _RAW_NULL
+
+
+class System(_Line, tag="system"):
+    subtype: str = ""
+    session_id: str | None = None
+
+
+class Result(_Line, tag="result"):
+    subtype: str = ""
+    is_error: bool = False
+    result: str | None = None
+    session_id: str | None = None
+    num_turns: int | None = None
+    duration_ms: int | None = None
+    total_cost_usd: float | None = None
+    api_error_status: int | str | None = None
+    usage: msgspec.Raw = _RAW_NULL
+    permission_denials: msgspec.Raw = _RAW_NULL
+    errors: msgspec.Raw = _RAW_NULL
+
+
+class ToolProgressLine(_Line, tag="tool_progress"):
+    tool_use_id: str = ""
+    elapsed_time_seconds: float = 0
+
+
+class StreamEvent(_Line, tag="stream_event"):
+    """Partial-message deltas: the full assistant line follows, so these are ignored."""
+
+
+class RateLimitEvent(_Line, tag="rate_limit_event"):
+    pass
+
+
+Line = Assistant | User | System | Result | ToolProgressLine | StreamEvent | RateLimitEvent
+
+
+# --- system subtypes the translator acts on (decoded a second time) ---------------------------
+
+
+class Init(msgspec.Struct):
+    session_id: str | None = None
+
+
+class PermissionDenied(msgspec.Struct):
+    tool_use_id: str | None = None
+    tool_name: str | None = None
+    message: str | None = None
+    decision_reason: str | None = None
+
+
+class TaskUsage(msgspec.Struct):
+    total_tokens: int | None = None
+    tool_uses: int | None = None
+    duration_ms: int | None = None
+
+
+class TaskEvent(msgspec.Struct):
+    """``task_started`` / ``task_progress`` / ``task_notification`` / ``task_updated``."""
+
+    task_id: str | None = None
+    tool_use_id: str | None = None
+    task_type: str | None = None
+    status: str | None = None
+    summary: str | None = None
+    description: str | None = None
+    last_tool_name: str | None = None
+    usage: TaskUsage | None = None
+    patch: TaskPatch | None = None
+
+
+class TaskPatch(msgspec.Struct):
+    status: str | None = None
+
+
+# --- tool_use_result shapes --------------------------------------------------------------------
+
+
+class Hunk(msgspec.Struct):
+    oldStart: int
+    oldLines: int
+    newStart: int
+    newLines: int
+    lines: list[str]
+
+
+class ToolUseResult(msgspec.Struct):
+    status: str | None = None  # "async_launched" for a background subagent
+    type: str | None = None  # Write: "create" | "update"
+    structuredPatch: list[Hunk] | None = None
+
+
+class Denial(msgspec.Struct):
+    tool_use_id: str | None = None
+    tool_name: str | None = None
+    tool_input: Any = None
+
+
+class _Envelope(msgspec.Struct):
+    type: str | None = None
+
+
+KNOWN_TYPES: Final = frozenset(
+    {"assistant", "user", "system", "result", "tool_progress", "stream_event", "rate_limit_event"}
+)
+# Top-level types of this CLI version that carry nothing for cards: read, never counted.
+IGNORED_TYPES: Final = frozenset(
+    {
+        "keep_alive",
+        "control_request",
+        "control_response",
+        "control_cancel_request",
+        "conversation_reset",
+        "prompt_suggestion",
+        "auth_status",
+    }
+)
+# ``system`` subtypes that the pinned CLI (2.1.332) emits. A subtype outside this set is counted
+# as ``unknown_type``, so that operators see a new CLI version speak of something new.
+KNOWN_SUBTYPES: Final = frozenset(
+    [
+        "agents_killed",
+        "api_error",
+        "api_retry",
+        "away_summary",
+        "background_tasks_changed",
+        "bridge_state",
+        "bridge_status",
+        "checkpoint_done",
+        "cloud_session_delta",
+        "cloud_session_status",
+        "code_change_published",
+        "commands_changed",
+        "compact_boundary",
+        "control_request_progress",
+        "dev_intent",
+        "elicitation_complete",
+        "feedback_draft_queued",
+        "file_attachments_missing",
+        "file_snapshot",
+        "files_persisted",
+        "hook_progress",
+        "hook_response",
+        "hook_started",
+        "informational",
+        "inherited_asks_settled",
+        "init",
+        "instruction_size_warning",
+        "late_allow_not_run",
+        "local_command",
+        "local_command_output",
+        "memory_recall",
+        "memory_saved",
+        "mirror_error",
+        "model_consent_fallback",
+        "model_fallback",
+        "model_refusal_fallback",
+        "model_refusal_no_fallback",
+        "notification",
+        "peer_message_hold",
+        "per_turn_effort_changed",
+        "permission_check_status",
+        "permission_denied",
+        "permission_retry",
+        "placed",
+        "plugin_install",
+        "post_turn_summary",
+        "rewind_stand_in",
+        "scheduled_task_fire",
+        "session_metadata",
+        "session_state_changed",
+        "session_title_changed",
+        "session_writes_lost",
+        "shell_cwd",
+        "start_folder",
+        "status",
+        "stop_hook_summary",
+        "task_list_statuses",
+        "task_notification",
+        "task_progress",
+        "task_started",
+        "task_summary",
+        "task_updated",
+        "thinking",
+        "thinking_tokens",
+        "tool_host_result",
+        "turn_began_before_init",
+        "turn_duration",
+        "turn_handoff_available",
+        "turn_preempted",
+        "turn_starting",
+        "ui_focus",
+        "ui_invalidate",
+        "ui_log",
+        "ui_notify",
+        "ui_notify_cancel",
+        "ui_panes",
+        "ui_placed",
+        "ui_scroll",
+        "ui_status",
+        "ui_toast",
+        "upgrade_relay_marker",
+        "vcs_state_changed",
+        "voice_call_talk",
+        "worker_shutting_down",
+    ]
+)
+
+_line_decoder: Final = msgspec.json.Decoder(Line)
+_envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
+
+
+class UnknownType(Exception):
+    """A well-formed line of a type this version does not know (counted, never fatal)."""
+
+
+def decode_line(line: bytes) -> Line | None:
+    """Decode one line; ``None`` for a known type that carries nothing.
+
+    Raises :class:`UnknownType`, or ``msgspec.MsgspecError`` for a malformed line.
+    """
+    try:
+        return _line_decoder.decode(line)
+    except msgspec.ValidationError:
+        envelope = _envelope_decoder.decode(line)
+        if envelope.type in IGNORED_TYPES:
+            return None
+        if envelope.type is not None and envelope.type not in KNOWN_TYPES:
+            raise UnknownType(envelope.type) from None
+        raise
+
+
+init_decoder: Final = msgspec.json.Decoder(Init)
+permission_denied_decoder: Final = msgspec.json.Decoder(PermissionDenied)
+task_decoder: Final = msgspec.json.Decoder(TaskEvent)
+tool_use_result_decoder: Final = msgspec.json.Decoder(ToolUseResult)
+usage_decoder: Final = msgspec.json.Decoder(dict[str, Any])
+denials_decoder: Final = msgspec.json.Decoder(list[Denial])
+errors_decoder: Final = msgspec.json.Decoder(list[str])
