@@ -1,0 +1,109 @@
+"""Fixtures for supervision tests: spawn the fake CLI as the daemon would, clean up by marker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon import procs
+from daemon.supervisor import ChildProcess, become_subreaper, reap_orphans
+from policy.environment import RUN_MARKER_VAR
+from tests.fakes import FAKE_CLAUDE
+
+ARGV = [
+    "-p",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--safe-mode",
+    "--permission-prompts",
+    "none",
+    "--permission-mode",
+    "manual",
+    "--session-id",
+    "4f6c1d2e-8a3b-4c5d-9e7f-0a1b2c3d4e5f",
+]
+
+Spawn = Callable[..., Awaitable[ChildProcess]]
+
+
+def fake_env(run_id: str) -> dict[str, str]:
+    """A child environment as narrow as the daemon's, plus the run marker."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        RUN_MARKER_VAR: run_id,
+    }
+
+
+async def until(predicate: Callable[[], bool], deadline_s: float = 10.0) -> None:
+    """Poll ``predicate`` until true; fail after a bounded deadline (no blind sleeps)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not predicate():
+        if loop.time() > end:
+            pytest.fail(f"condition not met within {deadline_s}s")
+        await asyncio.sleep(0.01)
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    fields = procs._stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def exists(pid: int) -> bool:
+    """True if ``pid`` is still in the process table (zombies included)."""
+    return Path(f"/proc/{pid}").exists()
+
+
+@pytest.fixture
+def subreaper() -> Iterator[None]:
+    """Make the test process a child subreaper for one test, then undo it."""
+    if not become_subreaper():
+        pytest.skip("prctl(PR_SET_CHILD_SUBREAPER) is not available here")
+    yield
+    reap_orphans()
+    become_subreaper(on=False)
+
+
+@pytest.fixture
+async def spawn_fake(tmp_path: Path) -> AsyncIterator[Spawn]:
+    """Spawn the fake CLI with a scenario; every run is killed by marker at teardown."""
+    runs: list[ChildProcess] = []
+
+    async def _spawn(
+        scenario: str = "normal", *, run_id: str | None = None, **kw: Any
+    ) -> ChildProcess:
+        rid = run_id or uuid.uuid4().hex
+        child = await ChildProcess.spawn(
+            [sys.executable, FAKE_CLAUDE, *ARGV],
+            cwd=str(tmp_path),
+            env=fake_env(rid),
+            stdin=f"fake: {scenario}\nplease do the thing\n".encode(),
+            run_id=rid,
+            **kw,
+        )
+        runs.append(child)
+        return child
+
+    yield _spawn
+    for child in runs:
+        await child.terminate(0)
+        await child.aclose()
+        assert procs.marked_pids(child.run_id) == []
+
+
+async def read_all(child: ChildProcess, n: int = 1 << 16) -> bytes:
+    """All of the child's stdout."""
+    out = bytearray()
+    while chunk := await child.read(n):
+        out += chunk
+    return bytes(out)
