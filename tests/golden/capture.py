@@ -431,7 +431,9 @@ def leaks(text_: str) -> list[str]:
     cleaned = re.sub(r"/tmp/(claude-1000|cc-socks)/", "", text_).replace(
         str(Path(DEMO_WORKSPACE).parent), ""
     )
-    found = [s for s in ("/tmp", "/work", "/root", str(Path.home())) if s in cleaned]
+    home = str(Path.home())
+    suspects = ["/tmp", "/work", "/root"] + ([home] if len(home) > 4 else [])
+    found = [s for s in suspects if s in cleaned]
     for name in {socket.gethostname(), getpass.getuser()}:
         if name and re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", cleaned):
             found.append(name)

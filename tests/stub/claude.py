@@ -23,6 +23,7 @@ class ClaudeRun:
     stderr: str
     exit_code: int | None
     session_id: str | None
+    pid: int = 0
     lines: list[dict[str, Any]] = field(default_factory=list)
 
     def of_type(self, kind: str, subtype: str | None = None) -> list[dict[str, Any]]:
@@ -128,7 +129,9 @@ async def run_claude(
         proc.kill()
         await proc.wait()
         raise
-    run = ClaudeRun(argv, stdout, stderr.decode("utf-8", "replace"), proc.returncode, None)
+    run = ClaudeRun(
+        argv, stdout, stderr.decode("utf-8", "replace"), proc.returncode, None, proc.pid
+    )
     for raw in stdout.splitlines():
         if raw.strip():
             run.lines.append(json.loads(raw))
