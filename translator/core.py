@@ -79,6 +79,7 @@ class Card:
     background: bool = False  # an async subagent: ends on task_notification, not on its result
     denied: str | None = None  # the CLI's reason when permission was denied
     content: str | None = None  # a Write's text, for a creation diff
+    task_status: str | None = None  # a background task's end, from task_updated
 
 
 class Translator:
@@ -169,6 +170,9 @@ class Translator:
                 self._dispatch(msg)
         error_type = _END_ERROR_TYPES.get(outcome.reason, "interrupted")
         for card in list(self._cards.values()):
+            if card.task_status is not None:
+                self._end_task(card, card.task_status, "")
+                continue
             self._close_card(
                 card,
                 ok=False,
@@ -248,7 +252,8 @@ class Translator:
         elif isinstance(msg, wire.System):
             self._system(msg)
         elif isinstance(msg, wire.ToolProgressLine):
-            card = self._cards.get(msg.tool_use_id)
+            cards = self._cards
+            card = cards.get(msg.tool_use_id) or cards.get(msg.parent_tool_use_id or "")
             if card is not None:
                 self._progress(card, int(msg.elapsed_time_seconds * 1000))
         elif isinstance(msg, wire.Result):
@@ -306,7 +311,7 @@ class Translator:
 
     # --- cards --------------------------------------------------------------------------------
 
-    def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> Card:
+    def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
         self._seen.add(use_id)
         limits = self.limits
         args = clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
@@ -346,7 +351,6 @@ class Translator:
             self._held_count -= len(held)
             for msg in held:
                 self._dispatch(msg)
-        return card
 
     def _tool_result(self, block: wire.ResultBlock, extra: msgspec.Raw, parent: str | None) -> None:
         use_id = block.tool_use_id or ""
@@ -356,7 +360,11 @@ class Translator:
             if use_id in self._seen:
                 return  # its card is closed already: one result per call
             # A result for an id never seen: a synthetic card first, so no result is an orphan.
-            card = self._open(use_id, _UNKNOWN_TOOL, {}, parent)
+            self._open(use_id, _UNKNOWN_TOOL, {}, parent)
+            # Opening it may have replayed held subagent lines that closed it already.
+            card = self._cards.get(use_id)
+            if card is None:
+                return
         text = _result_text(block.content)
         if block.is_error:
             first = next((line for line in text.splitlines() if line.strip()), "tool error")
@@ -419,18 +427,27 @@ class Translator:
                 last_tool_name=event.last_tool_name,
             )
             return
-        status = event.status or (event.patch.status if event.patch else None)
-        # Only a background subagent ends here: a Bash task (local_bash) or a foreground
-        # subagent closes on its tool_result, and must not close a second time.
-        ended = subtype in ("task_notification", "task_updated") and status in _TASK_END
-        if not (ended and card.background):
+        if not card.background:
+            # A Bash task (local_bash) or a foreground subagent closes on its tool_result, and
+            # must not close a second time.
             return
+        if subtype == "task_updated":
+            # The patch may come before the notification that carries the summary: remember
+            # the end, and use it if the notification never comes.
+            status = event.patch.status if event.patch else None
+            if status in _TASK_END:
+                card.task_status = status
+            return
+        if subtype == "task_notification" and event.status in _TASK_END:
+            self._end_task(card, event.status, event.summary or "")
+
+    def _end_task(self, card: Card, status: str, summary: str) -> None:
         ok = status == "completed"
         failed_as: ErrorType = "tool_error" if status == "failed" else "cancelled"
         self._close_card(
             card,
             ok=ok,
-            text=event.summary or "",
+            text=summary,
             error=None if ok else f"subagent {status}",
             error_type=None if ok else failed_as,
         )

@@ -94,6 +94,8 @@ class Result(_Line, tag="result"):
 
 class ToolProgressLine(_Line, tag="tool_progress"):
     tool_use_id: str = ""
+    # A heartbeat has a synthetic tool_use_id ("<id>-heartbeat-0"); the tool's id is here.
+    parent_tool_use_id: str | None = None
     elapsed_time_seconds: float = 0
 
 
