@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from policy.config import Config, parse_config
 from policy.environment import RUN_MARKER_VAR
 from policy.errors import ConfigError, PolicyError
-from policy.launch import plan_launch
+from policy.launch import LaunchPlan, plan_launch
 from policy.modes import DANGEROUS_FLAGS, REQUEST_MODES, SAFE_CLI_MODES, names_bypass
 from policy.request import decode_run_request
 
@@ -107,9 +107,21 @@ def test_nothing_generated_yields_a_bypass(text: str, body: bytes) -> None:
         event("config refused")
         return
     assert not any(names_bypass(s) for s in strings_in(msgspec.to_builtins(config)))
+    launch = attempt(config, body)
+    if isinstance(launch, PolicyError):
+        assert launch.status in (400, 403, 413)
+        event(f"request refused: {launch.code}")
+        return
+    event("launch planned")
+    assert_safe_argv(launch.argv)
+    assert set(launch.env) <= {"PATH", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", RUN_MARKER_VAR}
+
+
+def attempt(config: Config, body: bytes) -> LaunchPlan | PolicyError:
+    """The daemon's path from body to launch plan, with the refusal returned instead of raised."""
     try:
         request = decode_run_request(body, max_task_bytes=config.limits.task_bytes)
-        launch = plan_launch(
+        return plan_launch(
             config,
             request,
             cwd="/srv/workspaces/demo",
@@ -118,20 +130,11 @@ def test_nothing_generated_yields_a_bypass(text: str, body: bytes) -> None:
             parent_env={"PATH": "/usr/bin", "CLAUDE_BYPASS": "1", "NODE_OPTIONS": "-r x"},
             marker=(RUN_MARKER_VAR, "run_1"),
         )
-    except PolicyError as exc:
-        refusal = exc
-    else:
-        refusal = None
-    if refusal is not None:
-        assert refusal.status in (400, 403, 413)
-        event(f"request refused: {refusal.code}")
-        return
-    event("launch planned")
-    assert_safe_argv(launch.argv, config)
-    assert set(launch.env) <= {"PATH", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", RUN_MARKER_VAR}
+    except PolicyError as refusal:
+        return refusal
 
 
-def assert_safe_argv(argv: tuple[str, ...], config: Config) -> None:
+def assert_safe_argv(argv: tuple[str, ...]) -> None:
     modes = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--permission-mode"]
     assert len(modes) == 1
     assert modes[0] in SAFE_CLI_MODES
