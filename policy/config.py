@@ -98,7 +98,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
 
 
-_SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
+SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
     "server": ServerConfig,
     "claude": ClaudeConfig,
     "policy": PolicyConfig,
@@ -168,7 +168,7 @@ def _explain(message: str) -> tuple[str, str]:
     unknown = _UNKNOWN_FIELD.fullmatch(text)
     if unknown:
         name = unknown.group(1)
-        section = _SECTIONS.get(path)
+        section = SECTIONS.get(path)
         known = msgspec.structs.fields(section if section else Config)
         key = f"{path}.{name}" if path else name
         return key, f"unknown key; expected one of: {', '.join(f.name for f in known)}"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
 import pytest
 
 from policy.config import (
+    SECTIONS,
     Config,
     development_config,
     parse_config,
@@ -327,3 +331,15 @@ def test_config_root_constant_is_absolute() -> None:
 def test_roots_are_normalised_to_one_leading_slash() -> None:
     config = make_config(roots=("//srv/ws/", "/srv/a/./b"))
     assert config.policy.workspaces == ("/srv/ws", "/srv/a/b")
+
+
+def test_the_documented_example_config_parses() -> None:
+    """tests/policy/example_config.toml is the README's config reference: it must stay valid."""
+    path = Path(__file__).with_name("example_config.toml")
+    config = parse_config(path.read_bytes(), str(path))
+    assert config.server.tcp == "127.0.0.1:8765"
+    assert config.policy.workspaces == ("/srv/workspaces", "/home/dev/projects")
+    documented = {line.split("=")[0].strip() for line in path.read_text().splitlines()}
+    for section, struct in SECTIONS.items():
+        for field in msgspec.structs.fields(struct):
+            assert field.name in documented, f"[{section}] {field.name} is not documented"
