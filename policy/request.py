@@ -47,9 +47,14 @@ _DECODER: Final = msgspec.json.Decoder(RunRequest)
 _UNKNOWN: Final = re.compile(r"Object contains unknown field `(.*)`")
 
 
+def request_body_limit(max_task_bytes: int) -> int:
+    """The largest ``POST /v1/runs`` body worth reading (e.g. aiohttp's ``client_max_size``)."""
+    return max_task_bytes * _BODY_FACTOR + _BODY_OVERHEAD
+
+
 def decode_run_request(body: bytes, *, max_task_bytes: int) -> RunRequest:
     """Decode and shape-check a ``POST /v1/runs`` body; PolicyError 400 or 413 on refusal."""
-    if len(body) > max_task_bytes * _BODY_FACTOR + _BODY_OVERHEAD:
+    if len(body) > request_body_limit(max_task_bytes):
         raise PolicyError(
             413,
             TASK_TOO_LARGE,

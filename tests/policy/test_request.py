@@ -7,7 +7,7 @@ import json
 import pytest
 
 from policy.errors import PolicyError
-from policy.request import Parent, RunRequest, decode_run_request
+from policy.request import Parent, RunRequest, decode_run_request, request_body_limit
 
 LIMIT = 1024
 
@@ -108,8 +108,13 @@ def test_task_size_is_counted_in_utf8_bytes() -> None:
 
 
 def test_a_huge_body_is_refused_before_decoding() -> None:
-    body = b'{"task": "' + b"a" * (LIMIT * 6 + 64 * 1024) + b'"}'
+    body = b'{"task": "' + b"a" * request_body_limit(LIMIT) + b'"}'
     with pytest.raises(PolicyError) as caught:
         decode_run_request(body, max_task_bytes=LIMIT)
     assert (caught.value.status, caught.value.code) == (413, "task_too_large")
     assert "request body too large" in caught.value.message
+
+
+def test_a_body_at_the_limit_is_decoded() -> None:
+    padding = b" " * (request_body_limit(LIMIT) - len(b'{"task": "x"}'))
+    assert decode_run_request(b'{"task": "x"}' + padding, max_task_bytes=LIMIT).task == "x"
