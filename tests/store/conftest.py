@@ -1,0 +1,40 @@
+"""Fixtures for the run store tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from daemon.store import RunRecord, RunStore
+
+
+def record(run_id: str, *, created_at: float = 1000.0, **kw: object) -> RunRecord:
+    """A running run's record with sensible defaults."""
+    fields: dict[str, object] = {
+        "run_id": run_id,
+        "status": "running",
+        "created_at": created_at,
+        "cwd": "/srv/workspaces/demo",
+        "mode": "safe",
+    }
+    fields.update(kw)
+    return RunRecord(**fields)  # type: ignore[arg-type]
+
+
+def frame(run_id: str, seq: int) -> bytes:
+    """A stand-in encoded frame: distinct bytes per (run, seq)."""
+    return b'{"type":"tool_call","run_id":"%s","seq":%d}' % (run_id.encode(), seq)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    return str(tmp_path / "var" / "codelegate.db")
+
+
+@pytest.fixture
+async def store(db_path: str) -> AsyncIterator[RunStore]:
+    s = await RunStore.open(db_path)
+    yield s
+    await s.close()

@@ -1,0 +1,261 @@
+"""RunStore: round trip, restart, batching, pruning, concurrency from the loop, write failures."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from daemon import store as store_module
+from daemon.store import RunRecord, RunStore, StoreError
+from tests.store.conftest import frame, record
+
+
+async def test_round_trip(store: RunStore) -> None:
+    await store.create_run(record("r1", session_id="s-1", parent_tool_call_id="call_1"))
+    for seq in range(1, 6):
+        store.append_frame("r1", seq, frame("r1", seq))
+    assert await store.frames_after("r1", 0) == [frame("r1", s) for s in range(1, 6)]
+    assert await store.frames_after("r1", 3) == [frame("r1", 4), frame("r1", 5)]
+    await store.finish_run("r1", "completed", b'{"status":"completed"}', 0, 2000.0)
+    rec = await store.get_run("r1")
+    assert rec is not None
+    assert (rec.status, rec.last_seq, rec.exit_code, rec.finished_at) == ("completed", 5, 0, 2000.0)
+    assert rec.result == b'{"status":"completed"}'
+    assert rec.parent_tool_call_id == "call_1"
+    assert await store.get_run("nope") is None
+    assert await store.frames_after("nope", 0) == []
+
+
+async def test_restart_gives_the_same_frames_bytes_and_seqs(db_path: str) -> None:
+    first = await RunStore.open(db_path)
+    await first.create_run(record("r1"))
+    await first.create_run(record("r2", created_at=1001.0))
+    for seq in range(1, 301):
+        first.append_frame("r1", seq, frame("r1", seq))
+    first.append_frame("r2", 1, frame("r2", 1))
+    await first.finish_run("r1", "completed", b"{}", 0, 1500.0)
+    before = await first.frames_after("r1", 0)
+    await first.close()  # r2 is left "running", as if the daemon died
+
+    second = await RunStore.open(db_path)
+    try:
+        assert await second.frames_after("r1", 0) == before
+        rec = await second.get_run("r1")
+        assert rec is not None
+        assert (rec.status, rec.last_seq) == ("completed", 300)
+        assert [r.run_id for r in await second.live_runs()] == ["r2"]
+        assert await second.frames_after("r2", 0) == [frame("r2", 1)]
+    finally:
+        await second.close()
+
+
+async def test_frames_are_written_in_batches(db_path: str) -> None:
+    store = await RunStore.open(db_path, flush_frames=256, flush_interval=60.0)
+    try:
+        await store.create_run(record("r1"))
+        for seq in range(1, 1001):
+            store.append_frame("r1", seq, frame("r1", seq))
+        await store.flush()
+        # 3 full batches of 256 on size, the remaining 232 on flush: 4 transactions, not 1000.
+        assert store.batches_written == 4
+        assert store.frames_written == 1000
+        assert len(await store.frames_after("r1", 0)) == 1000
+    finally:
+        await store.close()
+
+
+async def test_a_batch_is_written_on_the_timer_without_a_flush(db_path: str) -> None:
+    store = await RunStore.open(db_path, flush_interval=0.01)
+    try:
+        await store.create_run(record("r1"))
+        store.append_frame("r1", 1, frame("r1", 1))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while store.frames_written < 1:
+            assert loop.time() < deadline, "the timer never flushed"
+            await asyncio.sleep(0.01)
+        assert store.unwritten == 0
+    finally:
+        await store.close()
+
+
+async def test_close_flushes_the_buffer(db_path: str) -> None:
+    store = await RunStore.open(db_path, flush_interval=60.0)
+    await store.create_run(record("r1"))
+    store.append_frame("r1", 1, frame("r1", 1))
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreError):
+        store.append_frame("r1", 2, frame("r1", 2))
+    again = await RunStore.open(db_path)
+    try:
+        assert await again.frames_after("r1", 0) == [frame("r1", 1)]
+    finally:
+        await again.close()
+
+
+async def test_sessions_are_owned_by_the_issuing_runs_workspace(store: RunStore) -> None:
+    await store.create_run(record("r1", session_id="s-1", cwd="/srv/a"))
+    # A resumed run of the same session does not take ownership.
+    await store.create_run(record("r2", session_id="s-1", cwd="/srv/b", resumed=True))
+    assert await store.session_owner("s-1") == "/srv/a"
+    assert await store.session_owner("s-unknown") is None
+
+
+async def test_list_runs_newest_first(store: RunStore) -> None:
+    for i in range(5):
+        await store.create_run(record(f"r{i}", created_at=1000.0 + i))
+    assert [r.run_id for r in await store.list_runs(3)] == ["r4", "r3", "r2"]
+
+
+async def test_duplicate_run_id_is_a_store_error(store: RunStore) -> None:
+    await store.create_run(record("r1"))
+    with pytest.raises(StoreError):
+        await store.create_run(record("r1"))
+
+
+async def test_prune_by_age_and_count_keeps_running_runs(store: RunStore) -> None:
+    day = 86400.0
+    now = 100 * day
+    await store.create_run(record("old", created_at=now - 40 * day, session_id="s-old"))
+    await store.finish_run("old", "completed", b"{}", 0, now - 40 * day)
+    await store.create_run(record("live", created_at=now - 50 * day))  # still running
+    for i in range(4):
+        rid = f"new{i}"
+        await store.create_run(record(rid, created_at=now - day + i, session_id=f"s-{i}"))
+        store.append_frame(rid, 1, frame(rid, 1))
+        await store.finish_run(rid, "completed", b"{}", 0, now - day + i)
+    store.append_frame("old", 1, frame("old", 1))
+
+    assert await store.prune(30, 1000, now=now) == 1  # "old" is past retention
+    assert await store.get_run("old") is None
+    assert await store.frames_after("old", 0) == []
+    assert await store.session_owner("s-old") is None
+
+    assert await store.prune(30, 2, now=now) == 2  # only the newest 2 finished runs are kept
+    kept = {r.run_id for r in await store.list_runs(100)}
+    assert kept == {"live", "new2", "new3"}
+    assert await store.session_owner("s-3") == "/srv/workspaces/demo"
+    assert await store.session_owner("s-0") is None
+
+
+async def test_a_resumed_sessions_owner_survives_while_a_run_of_it_is_kept(
+    store: RunStore,
+) -> None:
+    await store.create_run(record("first", created_at=1.0, session_id="s-1"))
+    await store.finish_run("first", "completed", b"{}", 0, 2.0)
+    await store.create_run(record("again", created_at=3.0, session_id="s-1", resumed=True))
+    await store.finish_run("again", "completed", b"{}", 0, 4.0)
+    assert await store.prune(30, 1, now=5.0) == 1
+    assert await store.session_owner("s-1") == "/srv/workspaces/demo"
+
+
+async def test_concurrent_access_from_the_loop(store: RunStore) -> None:
+    runs = [f"r{i}" for i in range(8)]
+    for rid in runs:
+        await store.create_run(record(rid))
+
+    async def producer(rid: str) -> None:
+        for seq in range(1, 501):
+            store.append_frame(rid, seq, frame(rid, seq))
+            if seq % 50 == 0:
+                await asyncio.sleep(0)  # interleave with the other runs and the readers
+
+    async def reader(rid: str) -> None:
+        for _ in range(20):
+            got = await store.frames_after(rid, 0)
+            # Whatever has been appended so far is visible, in order and gapless.
+            assert got == [frame(rid, s) for s in range(1, len(got) + 1)]
+            await store.list_runs(5)
+
+    await asyncio.gather(*(producer(r) for r in runs), *(reader(r) for r in runs))
+    await store.flush()
+    for rid in runs:
+        assert await store.frames_after(rid, 0) == [frame(rid, s) for s in range(1, 501)]
+        rec = await store.get_run(rid)
+        assert rec is not None
+        assert rec.last_seq == 500
+
+
+async def test_database_work_never_runs_on_the_event_loop_thread(db_path: str) -> None:
+    store = await RunStore.open(db_path)
+    threads: set[int] = set()
+    await store._call(
+        lambda conn: conn.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
+    )
+    try:
+        await store.create_run(record("r1"))
+        store.append_frame("r1", 1, frame("r1", 1))
+        await store.frames_after("r1", 0)
+        await store.prune(30, 10)
+        await store.flush()
+    finally:
+        await store.close()
+    assert threads
+    assert threading.get_ident() not in threads
+    assert len(threads) == 1
+
+
+async def test_a_write_failure_surfaces_and_loses_nothing(db_path: str) -> None:
+    errors: list[BaseException] = []
+    store = await RunStore.open(db_path, on_error=errors.append, flush_interval=60.0)
+    try:
+        await store.create_run(record("r1"))
+        store.append_frame("r1", 1, frame("r1", 1))
+        await store.flush()
+        # The disk turns read-only under the daemon.
+        await store._call(lambda conn: conn.execute("PRAGMA query_only = 1"))
+        store.append_frame("r1", 2, frame("r1", 2))  # the run carries on: no exception here
+        with pytest.raises(StoreError, match="not written"):
+            await store.flush()
+        assert errors
+        assert isinstance(errors[0], sqlite3.Error)
+        assert store.write_errors >= 1
+        # Readers still see the unwritten frame, merged from the buffer.
+        assert await store.frames_after("r1", 0) == [frame("r1", 1), frame("r1", 2)]
+        # The disk comes back: the retried batch lands, nothing is lost.
+        await store._call(lambda conn: conn.execute("PRAGMA query_only = 0"))
+        await store.flush()
+        assert store.unwritten == 0
+    finally:
+        await store.close()
+    again = await RunStore.open(db_path)
+    try:
+        assert await again.frames_after("r1", 0) == [frame("r1", 1), frame("r1", 2)]
+    finally:
+        await again.close()
+
+
+async def test_a_connection_closed_underneath_surfaces_as_store_error(db_path: str) -> None:
+    errors: list[BaseException] = []
+    store = await RunStore.open(db_path, on_error=errors.append)
+    await store.create_run(record("r1"))
+    await store._call(lambda conn: conn.close())
+    store.append_frame("r1", 1, frame("r1", 1))
+    with pytest.raises(StoreError):
+        await store.flush()
+    with pytest.raises(StoreError):
+        await store.get_run("r1")
+    assert errors
+    await store.close()  # still closes cleanly; the failure goes to on_error
+
+
+async def test_opening_an_unusable_path_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    with pytest.raises(StoreError, match="cannot open"):
+        await RunStore.open(str(blocker / "sub" / "db"))
+
+
+async def test_the_database_is_in_wal_mode(store: RunStore) -> None:
+    rows = await store._call(lambda conn: conn.execute("PRAGMA journal_mode").fetchall())
+    assert rows == [("wal",)]
+
+
+def test_record_fields_match_the_column_order() -> None:
+    columns = tuple(c.strip() for c in store_module._COLUMNS.split(","))
+    assert columns == RunRecord.__struct_fields__
