@@ -110,7 +110,6 @@ SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
 # start with "-": the CLI would read it as another option.
 _TOOL_RULE: Final = re.compile(r"[A-Za-z_][\w.-]*(\([^()\x00-\x1f\x7f]*\))?", re.ASCII)
 MODEL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/\[\]-]{0,199}", re.ASCII)
-ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
 _SOCKET_MODE: Final = re.compile(r"0?[0-7]{3}", re.ASCII)
 _ORIGIN: Final = re.compile(
     r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
