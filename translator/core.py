@@ -555,8 +555,7 @@ class Translator:
         self._cli_session = session_id
         if session_id != self.session_id:
             self.session_id = session_id
-            if self._started:
-                self._invocation_frame("running", current="Working in the selected workspace")
+            self._invocation_frame("running", current="Working in the selected workspace")
 
     def _count(self, code: DiagnosticCode) -> None:
         # Sent at counts 1, 2, 4, 8 …, and the total at the end: a flood of bad lines costs a

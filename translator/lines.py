@@ -46,7 +46,8 @@ class LineSplitter:
     def _keep(self, rest: bytes) -> None:
         # An unterminated tail already over the bound can be dropped now: no need to buffer
         # megabytes only to discard them when the newline finally comes.
-        if len(rest) > self.max_line:
+        # (One byte of slack: a trailing "\r" is not part of the line.)
+        if len(rest) > self.max_line + 1:
             self.oversized += 1
             self._skipping = True
             self._buf = b""

@@ -78,8 +78,9 @@ def _rule(literals: tuple[str, ...], pattern: str, *, lower: bool = False) -> _R
 # credential keyword in NAME. An "Authorization: Bearer x" header is one secret, scheme included.
 # The value never starts with "[" (see the module docstring).
 _VALUE: Final = (
-    r"""[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*["']?(?:(?:bearer|basic|token)\s+)?+"""
-    r"""([^\s"',;\[][^\s"',;]*)"""
+    r"""[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*(?:(?:bearer|basic|token)\s+)?+"""
+    # A quoted value whole (spaces and all), else a bare word (a quote left open included).
+    r"""(?:"([^"\n]*)"|'([^'\n]*)'|["']?([^\s"',;\[][^\s"',;]*))"""
 )
 
 # Every rule starts with a literal and runs only when that literal occurs; case-insensitive ones
@@ -132,8 +133,11 @@ def _spans(text: str) -> list[tuple[int, int]]:
         else:
             haystack, pattern = text, rule.anycase
         for match in pattern.finditer(haystack):
-            group = 1 if pattern.groups else 0
+            # The masked part: the one group that took part in the match, or all of it.
+            group = match.lastindex or 0
             start, end = match.span(group)
+            if start == end:
+                continue
             if rule.alone and start and haystack[start - 1].isalnum():
                 continue
             spans.append((start, end))
@@ -231,39 +235,6 @@ def clean_text(text: str, limit: int) -> str:
         )
         return bound_text(redact_text(head), limit, dropped=dropped)
     return bound_text(redact_text(text), limit)
-
-
-def bound_value(value: Any, *, depth: int = 6, items: int = 64, string_bytes: int = 4096) -> Any:
-    """A JSON-shaped value with nesting, container sizes and each string bounded.
-
-    An over-full container keeps ``items - 1`` entries plus one marker entry, so bounding a
-    bounded value changes nothing.
-    """
-    if isinstance(value, str):
-        return bound_text(value, string_bytes)
-    if isinstance(value, dict):
-        if depth <= 0:
-            return f"[...{len(value)} keys cut]"
-        out: dict[Any, Any] = {}
-        over = len(value) > items
-        for n, (key, item) in enumerate(value.items()):
-            if over and n == items - 1:
-                out["..."] = f"[...{len(value) - n} keys cut]"
-                break
-            out[key] = bound_value(item, depth=depth - 1, items=items, string_bytes=string_bytes)
-        return out
-    if isinstance(value, list | tuple):
-        if depth <= 0:
-            return f"[...{len(value)} items cut]"
-        kept = list(value[: items - 1]) if len(value) > items else list(value)
-        out_list = [
-            bound_value(item, depth=depth - 1, items=items, string_bytes=string_bytes)
-            for item in kept
-        ]
-        if len(value) > items:
-            out_list.append(f"[...{len(value) - len(kept)} items cut]")
-        return out_list
-    return value
 
 
 def clean_chars(text: str, limit: int) -> str:
