@@ -11,6 +11,10 @@ request whose first user message contains the marker is answered from that scrip
 in the Task tool's ``prompt``); every other request is answered from the main script. A script
 that runs out answers with its ``fallback`` text, so an unexpected extra request never hangs.
 
+A tool process can tell the test it is running by fetching `Stub.signal_url` (the test awaits
+`Stub.wait_for_signal`), and `Stub.wait_for_requests` waits for the CLI's model calls: tests
+synchronise on events, never on sleeps.
+
 Every request is recorded (`Stub.requests`) with the script that answered it, so a test can check
 what the CLI really sent, e.g. that a resumed session carries the first run's history.
 """
@@ -193,6 +197,8 @@ class Stub:
         self.url = ""
         self._ids = itertools.count(1)
         self._msg_ids = itertools.count(1)
+        self._arrived = asyncio.Condition()
+        self.signals: set[str] = set()
 
     def subagent(self, marker: str, turns: Iterable[Turn], fallback: str = "Done.") -> Script:
         """Answer requests whose first user message contains ``marker`` from ``turns``."""
@@ -206,6 +212,21 @@ class Stub:
 
     def requests_of(self, script: str = "main") -> list[Request]:
         return [r for r in self.requests if r.script == script]
+
+    async def wait_for_requests(self, count: int, script: str = "main") -> Request:
+        """Wait until ``script`` has received ``count`` model requests; the last of them."""
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: len(self.requests_of(script)) >= count)
+        return self.requests_of(script)[count - 1]
+
+    def signal_url(self, name: str) -> str:
+        """A URL a tool process can GET to say "I am here" (see `wait_for_signal`)."""
+        return f"{self.url}/signal/{name}"
+
+    async def wait_for_signal(self, name: str) -> None:
+        """Wait until something fetched ``signal_url(name)``."""
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: name in self.signals)
 
     def route(self, body: dict[str, Any]) -> Script:
         first = _first_user_text(body.get("messages", []))
@@ -226,6 +247,7 @@ class Stub:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_get("/signal/{name}", self._signal)
         app.router.add_route("*", "/{tail:.*}", self._other)
         return app
 
@@ -250,6 +272,12 @@ class Stub:
         self._record(request, await self._read_body(request), None)
         return web.json_response({}, status=404)
 
+    async def _signal(self, request: web.Request) -> web.Response:
+        self.signals.add(request.match_info["name"])
+        async with self._arrived:
+            self._arrived.notify_all()
+        return web.json_response({})
+
     async def _count_tokens(self, request: web.Request) -> web.Response:
         body = await self._read_body(request)
         self._record(request, body, None)
@@ -262,6 +290,8 @@ class Stub:
             return _error_response(400, "body must be a JSON object")
         script = self.route(body)
         self._record(request, body, script.marker or "main")
+        async with self._arrived:
+            self._arrived.notify_all()
         turn = script.next_turn()
         if turn.status != 200:
             return _error_response(turn.status, turn.error_message)

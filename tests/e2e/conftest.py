@@ -1,0 +1,169 @@
+"""The whole path for real: the daemon in-process on a Unix socket, the pinned Claude Code CLI as
+its child, and the loopback API stub as the model (passed through the child environment's
+allowlisted ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from daemon.server import ServerHandle, start_server
+from policy.config import Config, development_config
+from tests.stub.anthropic import Stub, serve_stub
+from tests.stub.claude import API_KEY
+
+BASE = "http://codelegate"
+FRAME_TIMEOUT = 30.0
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="cle2e-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def e2e_config(claude: str, root: Path, state: Path, **policy: Any) -> Config:
+    """Development defaults with ``root`` the only workspace root and the pinned CLI."""
+    raw = msgspec.to_builtins(development_config(str(root), claude))
+    raw["server"]["socket"] = str(state / "d.sock")
+    raw["store"]["path"] = str(state / "store.db")
+    raw["policy"]["cancel_grace_s"] = 2.0
+    raw["policy"].update(policy)
+    return msgspec.convert(raw, Config)
+
+
+@dataclass
+class E2E:
+    """A daemon, its HTTP client over the socket, the stub it talks to, and the workspace."""
+
+    stub: Stub
+    workspace: Path
+    home: Path
+    handle: ServerHandle | None = None
+    http: aiohttp.ClientSession | None = None
+    runs: list[str] = field(default_factory=list)
+
+    def path(self, name: str) -> str:
+        return str(self.workspace / name)
+
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        assert self.http is not None
+        return self.http
+
+    async def start(self, config: Config) -> None:
+        environ = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "LANG": "C.UTF-8",
+            "TMPDIR": str(self.home / "tmp"),
+            "ANTHROPIC_BASE_URL": self.stub.url,
+            "ANTHROPIC_API_KEY": API_KEY,
+            "CODELEGATE_E2E_NOT_PASSED": "1",  # not on the allowlist: must not reach the CLI
+        }
+        self.handle = await start_server(config, environ=environ)
+        assert self.handle.socket_path is not None
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=self.handle.socket_path),
+            timeout=aiohttp.ClientTimeout(total=60),
+        )
+
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+        if self.handle is not None:
+            await self.handle.close()
+
+    async def post_run(self, task: str, **fields: Any) -> tuple[int, Any]:
+        body = {"task": task, "cwd": str(self.workspace), "mode": "accept_edits", **fields}
+        async with self.client.post(f"{BASE}/v1/runs", json=body) as resp:
+            answer = await resp.json()
+        if resp.status == 202:
+            self.runs.append(answer["run_id"])
+        return resp.status, answer
+
+    async def get(self, path: str) -> tuple[int, Any]:
+        async with self.client.get(f"{BASE}{path}") as resp:
+            return resp.status, await resp.json()
+
+    async def post(self, path: str) -> tuple[int, Any]:
+        async with self.client.post(f"{BASE}{path}") as resp:
+            return resp.status, await resp.json()
+
+    def ws(self, run_id: str, after: int = 0) -> Any:
+        return self.client.ws_connect(f"{BASE}/v1/ws?run={run_id}&after={after}")
+
+
+@pytest.fixture
+async def e2e(claude_bin: str, tmp_path: Path, short_dir: Path) -> AsyncIterator[E2E]:
+    """A started daemon (development defaults) against a fresh stub; script ``e2e.stub``."""
+    root = tmp_path / "workspaces"
+    workspace = root / "demo"
+    home = tmp_path / "home"
+    for folder in (workspace, home, home / "tmp"):
+        folder.mkdir(parents=True)
+    (workspace / "hello.py").write_text('print("hello world")\n')
+    stub = Stub()
+    async with serve_stub(stub):
+        env = E2E(stub, workspace, home)
+        await env.start(e2e_config(claude_bin, root, short_dir, allowed_tools=["Bash(python3:*)"]))
+        try:
+            yield env
+        finally:
+            await env.stop()
+
+
+async def next_frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    msg = await asyncio.wait_for(ws.receive(), FRAME_TIMEOUT)
+    assert msg.type == aiohttp.WSMsgType.TEXT, msg
+    frame: dict[str, Any] = msgspec.json.decode(msg.data)
+    return frame
+
+
+async def frames_until(
+    ws: aiohttp.ClientWebSocketResponse, done: Any, into: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Frames (control messages skipped) until ``done(frame)`` holds, that frame included."""
+    frames = [] if into is None else into
+    while True:
+        frame = await next_frame(ws)
+        if "seq" not in frame:
+            continue
+        frames.append(frame)
+        if done(frame):
+            return frames
+
+
+def is_run_result(frame: dict[str, Any]) -> bool:
+    return bool(frame["type"] == "run_result")
+
+
+def marked_processes(run_id: str) -> list[int]:
+    """Live processes carrying this run's marker in their environment (DESIGN: supervision)."""
+    needle = f"CODELEGATE_RUN_ID={run_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read()
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found

@@ -1,0 +1,200 @@
+"""End to end: HTTP + WebSocket client → daemon → the real Claude Code CLI → the API stub."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
+from tests.stub.anthropic import Turn, error, text, tool
+
+pytestmark = pytest.mark.e2e
+
+
+def cards(frames: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """tool_id -> its tool_call / tool_result frames, in order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for frame in frames:
+        if frame["type"] in ("tool_call", "tool_result"):
+            out.setdefault(frame["tool_id"], []).append(frame)
+    return out
+
+
+def assert_cards_closed(frames: list[dict[str, Any]]) -> None:
+    """Card invariants 1-3: one tool_call then one tool_result per tool_id, before run_result."""
+    for tool_id, pair in cards(frames).items():
+        assert [f["type"] for f in pair] == ["tool_call", "tool_result"], tool_id
+    assert frames[-1]["type"] == "run_result"
+    assert [f["seq"] for f in frames] == list(range(frames[0]["seq"], frames[-1]["seq"] + 1))
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def edit_script(e2e: E2E, final: Turn) -> list[Turn]:
+    return [
+        tool("Read", say="Reading hello.py.", file_path=e2e.path("hello.py")),
+        tool("Edit", file_path=e2e.path("hello.py"), old_string="world", new_string="there"),
+        tool("Bash", command="cat hello.py", description="Show the file"),
+        final,
+    ]
+
+
+async def test_live_read_edit_bash_cards_then_result_and_resume(e2e: E2E) -> None:
+    release = asyncio.Event()
+    final = Turn(text("Changed the greeting.").blocks, hold=release)
+    e2e.stub.main.turns = [*edit_script(e2e, final), text("It says hello there.")]
+    status, started = await e2e.post_run("Change the greeting in hello.py to 'hello there'.")
+    assert status == 202
+    assert started["status"] == "running"
+    run_id = started["run_id"]
+
+    async with e2e.ws(run_id) as ws:
+        # Live: every card opens and closes while the model's last answer is still held open.
+        frames = await frames_until(
+            ws, lambda f: f["type"] == "tool_result" and f["name"] == "Claude Code › Bash"
+        )
+        assert not any(is_run_result(f) for f in frames)
+        release.set()
+        frames = await frames_until(ws, is_run_result, frames)
+
+    assert all(f["run_id"] == run_id and f["provider"] == "claude_code" for f in frames)
+    assert frames[0]["seq"] == 1
+    assert_cards_closed(frames)
+    calls = [f for f in frames if f["type"] == "tool_call"]
+    assert [f["name"] for f in calls] == [
+        "Claude Code › Read",
+        "Claude Code › Edit",
+        "Claude Code › Bash",
+    ]
+    assert all(f["tool_id"].startswith("claude:toolu_") for f in calls)
+    assert all(f["status"] == "in_progress" and f.get("parent_tool_id") is None for f in calls)
+    results = [f for f in frames if f["type"] == "tool_result"]
+    assert [f["status"] for f in results] == ["completed"] * 3
+    assert "hello there" in results[-1]["result"]
+    final_result = frames[-1]["result"]
+    assert final_result["status"] == "completed"
+    assert final_result["result"] == "Changed the greeting."
+    assert final_result["exit_code"] == 0
+    assert final_result["files_changed"] == ["hello.py"]
+    session_id = final_result["session_id"]
+    assert str(uuid.UUID(session_id)) == session_id
+    assert (e2e.workspace / "hello.py").read_text() == 'print("hello there")\n'
+    # the CLI got the stub through the allowlist, and nothing else of the daemon's environment
+    first_request = e2e.stub.requests_of("main")[0]
+    assert "CODELEGATE_E2E_NOT_PASSED" not in first_request.history_text()
+
+    status, state = await e2e.get(f"/v1/runs/{run_id}")
+    assert status == 200
+    assert state["status"] == "completed"
+
+    # The second run resumes that session: same session id, and the model sees the history.
+    status, body = await e2e.post_run("What does it say now?", resume=session_id, wait=True)
+    assert status == 200
+    assert body["status"] == "completed"
+    assert body["resumed"] is True
+    assert body["session_id"] == session_id
+    assert body["result"] == "It says hello there."
+    history = e2e.stub.requests_of("main")[-1].history_text()
+    assert "Change the greeting in hello.py" in history
+    assert "Changed the greeting." in history
+    assert "What does it say now?" in history
+
+
+async def test_wait_returns_the_final_result(e2e: E2E) -> None:
+    e2e.stub.main.turns = [tool("Read", file_path=e2e.path("hello.py")), text("It prints.")]
+    status, body = await e2e.post_run("What does hello.py print?", wait=True)
+    assert status == 200
+    assert body["provider"] == "claude_code"
+    assert body["status"] == "completed"
+    assert body["result"] == "It prints."
+    assert body["tools"] == {"started": 1, "completed": 1, "failed": 0}
+    assert body["files_changed"] == []
+    assert body["resumed"] is False
+
+
+async def test_permission_denial_closes_the_card_failed(e2e: E2E) -> None:
+    e2e.stub.main.turns = [tool("Bash", command="env", description="Show env"), text("Denied.")]
+    status, body = await e2e.post_run("Show the environment.", wait=True)
+    assert status == 200
+    assert body["status"] == "completed"
+    (denial,) = body["permission_denials"]
+    assert denial["name"] == "Bash"
+    assert denial["tool_id"].startswith("claude:toolu_")
+    async with e2e.ws(body["run_id"]) as ws:
+        frames = await frames_until(ws, is_run_result)
+    (result,) = [f for f in frames if f["type"] == "tool_result"]
+    assert result["status"] == "failed"
+    assert result["error_type"] == "permission_denied"
+
+
+async def test_api_error_fails_the_run(e2e: E2E) -> None:
+    e2e.stub.main.turns = [error(400, "stub: invalid request", times=50)]
+    status, body = await e2e.post_run("Say hello.", wait=True)
+    assert status == 200
+    assert body["status"] == "failed"
+    assert body["exit_code"] == 1
+
+
+async def test_cancel_mid_bash_ends_cancelled_and_leaves_no_process(e2e: E2E) -> None:
+    ready = e2e.stub.signal_url("sleeper")
+    sleeper = (
+        f"python3 -c 'import time, urllib.request as u; u.urlopen(\"{ready}\"); time.sleep(120)'"
+    )
+    e2e.stub.main.turns = [tool("Bash", command=sleeper, description="Wait a long time")]
+    status, started = await e2e.post_run("Wait.")
+    assert status == 202
+    run_id = started["run_id"]
+    async with e2e.ws(run_id) as ws:
+        frames = await frames_until(ws, lambda f: f["type"] == "tool_call")
+        # The Bash command runs in a session of its own (setsid), out of the CLI's group:
+        # wait until it runs, so that cancelling has to find it by the run marker.
+        async with asyncio.timeout(20):
+            await e2e.stub.wait_for_signal("sleeper")
+        sleepers = [pid for pid in marked_processes(run_id) if b"time.sleep(120)" in cmdline(pid)]
+        assert sleepers
+        status, _ = await e2e.post(f"/v1/runs/{run_id}/cancel")
+        assert status == 202
+        frames = await frames_until(ws, is_run_result, frames)
+
+    assert_cards_closed(frames)
+    (bash,) = [f for f in frames if f["type"] == "tool_result"]
+    assert bash["status"] == "failed"
+    assert bash["error_type"] == "cancelled"
+    assert frames[-1]["result"]["status"] == "cancelled"
+    assert marked_processes(run_id) == []
+    status, state = await e2e.get(f"/v1/runs/{run_id}")
+    assert state["status"] == "cancelled"
+
+
+async def test_cancel_while_the_model_is_thinking(e2e: E2E) -> None:
+    e2e.stub.main.turns = [Turn(text("never sent").blocks, hold=asyncio.Event())]
+    status, started = await e2e.post_run("Think forever.")
+    assert status == 202
+    run_id = started["run_id"]
+    await e2e.stub.wait_for_requests(1)
+    status, _ = await e2e.post(f"/v1/runs/{run_id}/cancel")
+    assert status == 202
+    async with e2e.ws(run_id) as ws:
+        frames = await frames_until(ws, is_run_result)
+    assert frames[-1]["result"]["status"] == "cancelled"
+    assert marked_processes(run_id) == []
+
+
+async def test_resume_forgery_is_refused_and_spawns_nothing(e2e: E2E) -> None:
+    for forged in (str(uuid.uuid4()), str(uuid.uuid4()).upper(), "../../etc/passwd"):
+        status, body = await e2e.post_run("Continue.", resume=forged)
+        assert status == 403, forged
+        assert set(body) == {"error"}
+    status, listing = await e2e.get("/v1/runs")
+    assert status == 200
+    assert listing["runs"] == []
+    assert e2e.stub.requests == []
