@@ -118,7 +118,8 @@ async def e2e(claude_bin: str, tmp_path: Path, short_dir: Path) -> AsyncIterator
     stub = Stub()
     async with serve_stub(stub):
         env = E2E(stub, workspace, home)
-        await env.start(e2e_config(claude_bin, root, short_dir, allowed_tools=["Bash(python3:*)"]))
+        rules = ["Bash(python3:*)", "Bash(env:*)"]
+        await env.start(e2e_config(claude_bin, root, short_dir, allowed_tools=rules))
         try:
             yield env
         finally:

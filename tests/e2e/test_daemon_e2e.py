@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 
 from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
 from tests.stub.anthropic import Turn, error, text, tool
+from tests.stub.claude import API_KEY
 
 pytestmark = pytest.mark.e2e
 
@@ -122,8 +125,9 @@ async def test_wait_returns_the_final_result(e2e: E2E) -> None:
 
 
 async def test_permission_denial_closes_the_card_failed(e2e: E2E) -> None:
-    e2e.stub.main.turns = [tool("Bash", command="env", description="Show env"), text("Denied.")]
-    status, body = await e2e.post_run("Show the environment.", wait=True)
+    outside = tool("Bash", command="touch ../outside.txt", description="Write outside")
+    e2e.stub.main.turns = [outside, text("Denied.")]
+    status, body = await e2e.post_run("Create ../outside.txt.", wait=True)
     assert status == 200
     assert body["status"] == "completed"
     (denial,) = body["permission_denials"]
@@ -198,3 +202,69 @@ async def test_resume_forgery_is_refused_and_spawns_nothing(e2e: E2E) -> None:
     assert status == 200
     assert listing["runs"] == []
     assert e2e.stub.requests == []
+
+
+async def test_env_dump_reaches_clients_redacted(e2e: E2E) -> None:
+    e2e.stub.main.turns = [tool("Bash", command="env", description="Show env"), text("Shown.")]
+    status, body = await e2e.post_run("Show the environment.", wait=True)
+    assert status == 200
+    assert body["status"] == "completed"
+    async with e2e.ws(body["run_id"]) as ws:
+        frames = await frames_until(ws, is_run_result)
+    (result,) = [f for f in frames if f["type"] == "tool_result"]
+    assert result["status"] == "completed"
+    wire = json.dumps(frames)
+    assert "ANTHROPIC_BASE_URL" in wire  # the dump did arrive…
+    assert API_KEY not in wire  # …without the key
+    assert not re.search(r"CLAUDE_CODE_MESSAGING_TOKEN=[0-9a-f]{16}", wire)
+    assert "CODELEGATE_E2E_NOT_PASSED" not in wire  # the child env is an allowlist
+
+
+async def test_subagent_cards_nest_under_their_task_card(e2e: E2E) -> None:
+    marker = "[[e2e-subagent]]"
+    e2e.stub.main.turns = [
+        tool(
+            "Agent",
+            description="Read hello.py",
+            prompt=f"{marker} Read hello.py.",
+            subagent_type="general-purpose",
+        ),
+        text("Started a subagent."),
+        text("The subagent is done."),
+    ]
+    e2e.stub.subagent(marker, [tool("Read", file_path=e2e.path("hello.py")), text("hello")])
+    status, body = await e2e.post_run("Delegate reading hello.py.", wait=True)
+    assert status == 200
+    assert body["status"] == "completed"
+    assert body["result"] == "The subagent is done."  # the last result line wins
+    async with e2e.ws(body["run_id"]) as ws:
+        frames = await frames_until(ws, is_run_result)
+    assert_cards_closed(frames)
+    by_card = cards(frames)
+    task_id, read_id = by_card
+    task_call, task_result = by_card[task_id]
+    assert task_call["name"] in ("Claude Code › Agent", "Claude Code › Task")
+    read_call, read_result = by_card[read_id]
+    assert read_call["parent_tool_id"] == task_id
+    assert read_result["status"] == "completed"
+    # invariant 4: the background Task card closes after its subagent's work, not at "launched"
+    assert frames.index(task_result) > frames.index(read_result)
+    assert task_result["status"] == "completed"
+
+
+async def test_two_subscribers_and_replay_after(e2e: E2E) -> None:
+    release = asyncio.Event()
+    e2e.stub.main.turns = edit_script(e2e, Turn(text("Done.").blocks, hold=release))
+    status, started = await e2e.post_run("Edit hello.py.")
+    assert status == 202
+    run_id = started["run_id"]
+    async with e2e.ws(run_id) as first:
+        head = await frames_until(first, lambda f: f["type"] == "tool_result")
+        async with e2e.ws(run_id, after=head[-1]["seq"]) as second:
+            release.set()
+            rest_first = await frames_until(first, is_run_result)
+            rest_second = await frames_until(second, is_run_result)
+    assert rest_first == rest_second  # replay after seq, then live: no gap, no duplicate
+    frames = head + rest_first
+    assert_cards_closed(frames)
+    assert frames[0]["seq"] == 1
