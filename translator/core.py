@@ -38,7 +38,7 @@ from translator.frames import (
 from translator.lines import LineSplitter
 from translator.outcome import Limits, Outcome, RunContext, final_result, invocation_end
 from translator.patch import creation_diff, unified_diff
-from translator.redact import clean_chars, clean_text, clean_value
+from translator.redact import bound_text, clean_chars, clean_text, clean_value
 from translator.summary import (
     FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
@@ -614,4 +614,11 @@ def _shrink_args(args: object, limit: int) -> object:
         smaller = clean_value(args, string_bytes=cap, depth=4, items=16)
         if len(_args_encoder.encode(smaller)) <= limit:
             return smaller
-    return clean_text(_args_encoder.encode(args).decode(), limit)
+    # Then the JSON text itself, as a string (escaping makes its encoding longer: shrink to fit).
+    text = _args_encoder.encode(args).decode()
+    cap = limit
+    while True:
+        cut = bound_text(text, cap)
+        if len(_args_encoder.encode(cut)) <= limit:
+            return cut
+        cap = cap * 3 // 4
