@@ -53,6 +53,9 @@ class Subscriber:
         self.close_reason = ""
         # The last seq handed to the writer, per run: what a lagging client resumes after.
         self.last_seq: dict[str, int] = {}
+        # Per run: live frames at or below this seq were asked not to be sent (``after``).
+        self.floor: dict[str, int] = {}
+        self.floor_all = 0
         self._queue: deque[Delivery | bytes] = deque()
         self._live = 0  # live frames queued (replay and control messages do not count)
         self._wake = asyncio.Event()
@@ -61,6 +64,8 @@ class Subscriber:
         """Queue a live frame without waiting; False (and the subscriber closed) when full."""
         if self.closed:
             return False
+        if delivery.seq <= self.floor.get(delivery.run_id, self.floor_all):
+            return True  # the client said it has this one already
         if self._live >= self.max_queue:
             return False
         self._queue.append(delivery)
@@ -98,6 +103,10 @@ class Subscriber:
         while not self._queue and not self.closed:
             self._wake.clear()
             await self._wake.wait()
+        return self.take()
+
+    def take(self) -> list[Delivery | bytes]:
+        """Everything queued so far, without waiting (``[]`` when empty or closed)."""
         if self.closed:
             return []
         items = list(self._queue)
@@ -134,17 +143,21 @@ class Hub:
         """Register a client (before it subscribes to anything)."""
         self._every.add(sub)
 
-    def subscribe(self, sub: Subscriber, run_id: str, snapshot: Iterable[Delivery]) -> None:
-        """Queue ``snapshot`` and register for live frames of ``run_id`` in one step."""
+    def subscribe(
+        self, sub: Subscriber, run_id: str, snapshot: Iterable[Delivery], after: int = 0
+    ) -> None:
+        """Queue ``snapshot`` and register for live frames of ``run_id`` after ``after``."""
         self._every.add(sub)
         sub.replay(snapshot)
+        sub.floor[run_id] = after
         sub.runs.add(run_id)
         self._by_run.setdefault(run_id, set()).add(sub)
 
-    def follow_all(self, sub: Subscriber, snapshot: Iterable[Delivery]) -> None:
+    def follow_all(self, sub: Subscriber, snapshot: Iterable[Delivery], after: int = 0) -> None:
         """Queue ``snapshot`` and register for live frames of every run, new ones too."""
         self._every.add(sub)
         sub.replay(snapshot)
+        sub.floor_all = after
         sub.follows_all = True
         self._all.add(sub)
 
@@ -155,6 +168,7 @@ class Hub:
             self._all.discard(sub)
             return
         sub.runs.discard(run_id)
+        sub.floor.pop(run_id, None)
         subs = self._by_run.get(run_id)
         if subs is not None:
             subs.discard(sub)

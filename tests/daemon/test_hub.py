@@ -40,7 +40,7 @@ async def test_snapshot_plus_live_has_no_gap_and_no_duplicate() -> None:
     hub = Hub()
     run = FakeRun(hub)
     total = 500
-    rng = random.Random(7)
+    rng = random.Random(7)  # noqa: S311 - reproducible interleaving, not crypto
     subs: list[tuple[Subscriber, int]] = []
 
     async def publisher() -> None:

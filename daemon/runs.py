@@ -1,0 +1,497 @@
+"""One run's life: policy → spawn → translate → publish → store → result.
+
+:class:`RunManager` asks policy for every decision before anything is spawned (a refused request
+spawns nothing), then drives the child: stdout chunks go through the run's :class:`Translator`,
+each frame is encoded once, appended to the run's in-memory frame log, queued for the store and
+published to the hub in one synchronous step — which is what makes a subscriber's snapshot + live
+atomic (see ``daemon/hub.py``).
+
+Cancellation marks the run first and only then signals the process: from that moment no output
+of the process is translated, so the only frames that still go out are those of
+``Translator.close`` (open cards closed, ``run_result`` cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import msgspec
+import structlog
+
+from daemon.hub import Delivery, Hub, Subscriber
+from daemon.metrics import Metrics
+from daemon.store import RunRecord, RunStore
+from daemon.supervisor import ChildProcess, ExitStatus, SpawnError
+from daemon.tasks import spawn
+from policy.config import Config
+from policy.launch import (
+    RUN_MARKER_VAR,
+    LaunchPlan,
+    check_resume,
+    parse_session_id,
+    plan_launch,
+    resolve_mode,
+    resolve_workspace,
+)
+from policy.request import RunRequest
+from translator import Limits, Outcome, RunContext, Translator
+from translator.frames import (
+    Diagnostic,
+    FinalResult,
+    Frame,
+    RunResult,
+    decode_frame,
+    encode_frame,
+)
+
+_log = structlog.get_logger("codelegate.runs")
+
+# Finished runs kept in memory for replay without a store round trip.
+RECENT_RUNS: Final = 64
+# After the CLI exited and stragglers were reaped, how long stdout may take to reach EOF.
+DRAIN_S: Final = 5.0
+
+Stopping = Literal["cancelled", "timeout"]
+
+
+class Refused(Exception):
+    """Refused by the daemon's own state (capacity, busy session); shaped like PolicyError."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(eq=False)
+class Run:
+    """A run the daemon holds in memory: live, or recently finished."""
+
+    run_id: str
+    cwd: str
+    mode: str
+    session_id: str
+    resumed: bool
+    parent_tool_call_id: str | None
+    created_at: float
+    translator: Translator
+    plan: LaunchPlan
+    log: list[Delivery] = field(default_factory=list)
+    status: str = "running"
+    result: FinalResult | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    stopping: Stopping | None = None
+    child: ChildProcess | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last frame published."""
+        return self.log[-1].seq if self.log else 0
+
+    def state(self) -> dict[str, Any]:
+        """The JSON body of ``GET /v1/runs/{id}``."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+            "cwd": self.cwd,
+            "mode": self.mode,
+            "session_id": self.session_id,
+            "resumed": self.resumed,
+            "parent_tool_call_id": self.parent_tool_call_id,
+            "last_seq": self.last_seq,
+            "exit_code": self.exit_code,
+            "result": msgspec.to_builtins(self.result) if self.result is not None else None,
+        }
+
+
+def record_state(rec: RunRecord) -> dict[str, Any]:
+    """The JSON body of ``GET /v1/runs/{id}`` for a run known only to the store."""
+    result = msgspec.json.decode(rec.result) if rec.result else None
+    return {
+        "run_id": rec.run_id,
+        "status": rec.status,
+        "created_at": rec.created_at,
+        "finished_at": rec.finished_at,
+        "cwd": rec.cwd,
+        "mode": rec.mode,
+        "session_id": rec.session_id,
+        "resumed": rec.resumed,
+        "parent_tool_call_id": rec.parent_tool_call_id,
+        "last_seq": rec.last_seq,
+        "exit_code": rec.exit_code,
+        "result": result,
+    }
+
+
+def translator_limits(config: Config) -> Limits:
+    """The translator's bounds from the operator's ``[limits]`` (fields both sides know)."""
+    ours = msgspec.structs.asdict(config.limits)
+    known = {f.name for f in msgspec.structs.fields(Limits)}
+    return Limits(**{k: v for k, v in ours.items() if k in known})
+
+
+class RunManager:
+    """Starts, follows, cancels and records runs; the app's single authority over them."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: RunStore,
+        hub: Hub,
+        metrics: Metrics,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._hub = hub
+        self._metrics = metrics
+        self._environ = dict(os.environ if environ is None else environ)
+        self._limits = translator_limits(config)
+        self._active: dict[str, Run] = {}
+        self._recent: OrderedDict[str, Run] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def active_count(self) -> int:
+        """Runs currently running."""
+        return len(self._active)
+
+    def get(self, run_id: str) -> Run | None:
+        """A run held in memory (live or recently finished)."""
+        return self._active.get(run_id) or self._recent.get(run_id)
+
+    async def state(self, run_id: str) -> dict[str, Any] | None:
+        """A run's state from memory or the store; None when unknown."""
+        run = self.get(run_id)
+        if run is not None:
+            return run.state()
+        rec = await self._store.get_run(run_id)
+        return record_state(rec) if rec is not None else None
+
+    async def recent(self, limit: int) -> list[dict[str, Any]]:
+        """Recent runs, newest first, with live state for the active ones."""
+        out = []
+        for rec in await self._store.list_runs(limit):
+            run = self.get(rec.run_id)
+            out.append(run.state() if run is not None else record_state(rec))
+        return out
+
+    async def subscribe(
+        self, sub: Subscriber, run_id: str, after: int
+    ) -> Literal["unknown", "live", "finished"]:
+        """Queue the frames of ``run_id`` after ``after`` and, if it is live, follow it."""
+        run = self.get(run_id)
+        if run is not None:
+            snapshot = [d for d in run.log if d.seq > after]
+            if run.done.is_set() or (run.log and run.log[-1].last):
+                # run_result is out (the store may still be catching up): nothing live follows.
+                sub.replay(snapshot)
+                return "finished"
+            # No await between reading the log and registering: no gap, no duplicate.
+            self._hub.subscribe(sub, run_id, snapshot, after)
+            return "live"
+        rec = await self._store.get_run(run_id)
+        if rec is None:
+            return "unknown"
+        # Not in memory means finished and flushed: the store holds every frame, none will come.
+        stored = await self._store.frames_after(run_id, after)
+        n = len(stored)
+        sub.replay(
+            Delivery(run_id, after + 1 + i, data, i == n - 1) for i, data in enumerate(stored)
+        )
+        return "finished"
+
+    def follow_all(self, sub: Subscriber, after: int) -> None:
+        """Follow every run, new ones too, after replaying the live runs' frames after ``after``."""
+        snapshot = [d for run in self._active.values() for d in run.log if d.seq > after]
+        self._hub.follow_all(sub, snapshot, after)
+
+    # -- starting --------------------------------------------------------------------------
+
+    async def start(self, request: RunRequest) -> Run:
+        """Decide everything through policy, then spawn; PolicyError/Refused spawn nothing."""
+        resolve_mode(self.config, request.mode)  # refuse a bad mode before touching anything
+        cwd = resolve_workspace(
+            self.config, request.cwd, realpath=os.path.realpath, isdir=os.path.isdir
+        )
+        run_id = str(uuid.uuid4())
+        if request.resume is not None:
+            session_id = parse_session_id(request.resume)
+            check_resume(session_id, await self._store.session_owner(session_id), cwd)
+            resumed = True
+        else:
+            session_id = str(uuid.uuid4())
+            resumed = False
+        # Capacity checks and registration happen with no await in between, so two concurrent
+        # requests cannot both take the last slot or the same session.
+        if len(self._active) >= self.config.policy.max_concurrent_runs:
+            raise Refused(429, "too_many_runs", "too many runs are running; retry later")
+        if any(r.session_id == session_id for r in self._active.values()):
+            raise Refused(409, "session_busy", "that session is already running")
+        plan = plan_launch(
+            self.config,
+            request,
+            cwd=cwd,
+            session_id=session_id,
+            resumed=resumed,
+            parent_env=self._environ,
+            marker=(RUN_MARKER_VAR, run_id),
+        )
+        parent = request.parent
+        now = time.time()
+        ctx = RunContext(
+            run_id=run_id,
+            cwd=cwd,
+            mode=plan.mode,
+            parent_tool_call_id=parent.tool_call_id if parent is not None else None,
+            parent_session_id=parent.session_id if parent is not None else None,
+            session_id=session_id,
+            resumed=resumed,
+            started_at=now,
+        )
+        run = Run(
+            run_id=run_id,
+            cwd=cwd,
+            mode=plan.mode,
+            session_id=session_id,
+            resumed=resumed,
+            parent_tool_call_id=ctx.parent_tool_call_id,
+            created_at=now,
+            translator=Translator(ctx, self._limits),
+            plan=plan,
+        )
+        self._active[run_id] = run
+        try:
+            await self._store.create_run(
+                RunRecord(
+                    run_id=run_id,
+                    status="running",
+                    created_at=now,
+                    finished_at=None,
+                    cwd=cwd,
+                    mode=plan.mode,
+                    session_id=session_id,
+                    resumed=resumed,
+                    parent_tool_call_id=ctx.parent_tool_call_id,
+                    last_seq=0,
+                    result=None,
+                    exit_code=None,
+                )
+            )
+        except BaseException:
+            self._active.pop(run_id, None)
+            raise
+        self._metrics.runs_started += 1
+        self._emit(run, run.translator.start(now))
+        task = spawn(self._drive(run), name=f"run:{run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        _log.info(
+            "run_started",
+            run_id=run_id,
+            session_id=session_id,
+            resumed=resumed,
+            mode=plan.mode,
+            cwd=cwd,
+        )
+        return run
+
+    # -- cancelling ------------------------------------------------------------------------
+
+    def cancel(self, run_id: str, reason: Stopping = "cancelled") -> bool:
+        """Mark the run stopped (no later output is translated), then signal its processes."""
+        run = self._active.get(run_id)
+        if run is None:
+            return False
+        if run.stopping is None:
+            run.stopping = reason
+            _log.info("run_stopping", run_id=run_id, reason=reason)
+            if run.child is not None:
+                spawn(self._terminate(run, run.child), name=f"terminate:{run_id}")
+        return True
+
+    async def _terminate(self, run: Run, child: ChildProcess) -> None:
+        await child.terminate(self.config.policy.cancel_grace_s)
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def _emit(self, run: Run, frames: list[Frame]) -> None:
+        """Encode once; log, store and publish in one synchronous step."""
+        for frame in frames:
+            data = encode_frame(frame)
+            last = isinstance(frame, RunResult)
+            run.log.append(Delivery(run.run_id, frame.seq, data, last))
+            self._store.append_frame(run.run_id, frame.seq, data)
+            self._hub.publish(run.run_id, frame.seq, data, last=last)
+            kind = type(frame).__struct_config__.tag
+            self._metrics.frames[str(kind)] += 1
+            if isinstance(frame, Diagnostic):
+                self._metrics.diagnostics[frame.code] += frame.count
+
+    async def _pump(self, run: Run, child: ChildProcess) -> None:
+        """Feed stdout to the translator until EOF; output after a stop is dropped unread."""
+        while chunk := await child.read():
+            if run.stopping is None:
+                self._emit(run, run.translator.receive_data(chunk, time.time()))
+
+    async def _drive(self, run: Run) -> None:
+        structlog.contextvars.bind_contextvars(run_id=run.run_id, session_id=run.session_id)
+        outcome = Outcome(reason="cancelled")
+        try:
+            outcome = await self._supervise(run)
+        except asyncio.CancelledError:
+            # The daemon is going down hard: stop the process, record the run as cancelled.
+            if run.child is not None:
+                await asyncio.shield(run.child.terminate(self.config.policy.cancel_grace_s))
+            outcome = Outcome(reason="cancelled")
+            raise
+        except Exception as exc:
+            _log.exception("run_supervision_failed", error=repr(exc))
+            if run.child is not None:
+                await run.child.terminate(self.config.policy.cancel_grace_s)
+            outcome = Outcome(reason="spawn_failed", stderr_tail="daemon error while supervising")
+        finally:
+            await asyncio.shield(self._finish(run, outcome))
+
+    async def _supervise(self, run: Run) -> Outcome:
+        plan = run.plan
+        try:
+            child = await ChildProcess.spawn(
+                plan.argv,
+                cwd=plan.cwd,
+                env=plan.env,
+                stdin=plan.stdin,
+                run_id=run.run_id,
+                stderr_lines=self.config.limits.stderr_lines,
+            )
+        except SpawnError as exc:
+            _log.warning("spawn_failed", error=str(exc))
+            return Outcome(reason="spawn_failed", stderr_tail=str(exc)[:2000])
+        run.child = child
+        if run.stopping is not None:  # cancelled while spawning
+            spawn(self._terminate(run, child), name=f"terminate:{run.run_id}")
+        pump = spawn(self._pump(run, child), name=f"pump:{run.run_id}")
+        status: ExitStatus
+        try:
+            async with asyncio.timeout(self.config.policy.run_timeout_s):
+                status = await child.wait()
+        except TimeoutError:
+            if run.stopping is None:
+                run.stopping = "timeout"
+                _log.info("run_timeout", timeout_s=self.config.policy.run_timeout_s)
+            status = await child.terminate(self.config.policy.cancel_grace_s)
+        # A straggler holding stdout would keep the pipe open: reap, then drain with a bound.
+        await child.reap_stragglers()
+        try:
+            async with asyncio.timeout(DRAIN_S):
+                await asyncio.shield(pump)
+        except TimeoutError:
+            pump.cancel()
+        await child.aclose()
+        if run.stopping is None and child.stderr_lines_seen:
+            self._emit(run, run.translator.stderr_seen(child.stderr_lines_seen, time.time()))
+        return Outcome(
+            reason=run.stopping or "exited",
+            exit_code=status.exit_code,
+            signal=status.signal,
+            stderr_tail=child.stderr_tail(),
+        )
+
+    async def _finish(self, run: Run, outcome: Outcome) -> None:
+        now = time.time()
+        self._emit(run, run.translator.close(outcome, now))
+        result = run.translator.result
+        run.result = result
+        run.status = result.status if result is not None else "failed"
+        run.finished_at = now
+        run.exit_code = outcome.exit_code
+        self._metrics.runs_finished[run.status] += 1
+        self._metrics.observe_duration(max(0.0, now - run.created_at))
+        # Move to the recent cache before any await: the run no longer counts against capacity.
+        self._active.pop(run.run_id, None)
+        self._recent[run.run_id] = run
+        while len(self._recent) > RECENT_RUNS:
+            self._recent.popitem(last=False)
+        try:
+            await self._store.flush()
+            await self._store.finish_run(
+                run.run_id,
+                run.status,
+                msgspec.json.encode(result) if result is not None else b"null",
+                outcome.exit_code,
+                now,
+            )
+        except Exception as exc:
+            _log.exception("store_finish_failed", error=repr(exc))
+        finally:
+            run.done.set()
+            _log.info(
+                "run_finished",
+                status=run.status,
+                exit_code=outcome.exit_code,
+                reason=outcome.reason,
+            )
+
+    # -- start-up and shutdown -------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Close the runs the store still calls running (the daemon died) as interrupted."""
+        closed = 0
+        for rec in await self._store.live_runs():
+            frames = [decode_frame(b) for b in await self._store.frames_after(rec.run_id, 0)]
+            ctx = RunContext(
+                run_id=rec.run_id,
+                cwd=rec.cwd,
+                mode=rec.mode,
+                parent_tool_call_id=rec.parent_tool_call_id,
+                session_id=rec.session_id,
+                resumed=rec.resumed,
+                started_at=rec.created_at,
+            )
+            translator = Translator.restore(ctx, frames, self._limits)
+            now = time.time()
+            for frame in translator.close(Outcome(reason="interrupted"), now):
+                self._store.append_frame(rec.run_id, frame.seq, encode_frame(frame))
+            result = translator.result
+            status = result.status if result is not None else "interrupted"
+            await self._store.flush()
+            await self._store.finish_run(
+                rec.run_id,
+                status,
+                msgspec.json.encode(result) if result is not None else b"null",
+                None,
+                now,
+            )
+            self._metrics.runs_finished[status] += 1
+            _log.info("run_interrupted", run_id=rec.run_id, status=status)
+            closed += 1
+        return closed
+
+    async def drain(self, grace_s: float) -> None:
+        """Let running runs finish for up to ``grace_s`` seconds, then cancel the rest and wait."""
+        if self._active and grace_s > 0:
+            waiters = [run.done.wait() for run in self._active.values()]
+            try:
+                async with asyncio.timeout(grace_s):
+                    await asyncio.gather(*waiters)
+            except TimeoutError:
+                pass
+        for run_id in list(self._active):
+            self.cancel(run_id)
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

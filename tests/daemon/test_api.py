@@ -1,0 +1,244 @@
+"""The HTTP API over the Unix socket: shapes, status codes, refusals that spawn nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon import runs as runs_module
+from daemon.supervisor import ChildProcess
+from tests.daemon.conftest import BASE, Daemon, make_config, start_daemon, stop_daemon
+
+
+@pytest.fixture
+def spawns(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """Every argv the daemon spawns, recorded (the spawn itself still happens)."""
+    seen: list[tuple[str, ...]] = []
+    real = ChildProcess.spawn
+
+    async def recording(argv: Any, **kw: Any) -> ChildProcess:
+        seen.append(tuple(argv))
+        return await real(argv, **kw)
+
+    monkeypatch.setattr(runs_module.ChildProcess, "spawn", recording)
+    return seen
+
+
+async def test_healthz(daemon: Daemon) -> None:
+    status, body = await daemon.json("GET", "/healthz")
+    assert status == 200
+    assert body["status"] == "ok"
+    assert body["version"]
+    assert body["cli_version"] == "2.1.332"
+    assert body["runs_active"] == 0
+
+
+async def test_wait_true_returns_the_final_result(daemon: Daemon, spawns: list[Any]) -> None:
+    resp = await daemon.post_run("fix the bug", wait=True)
+    assert resp.status == 200
+    result = await resp.json()
+    assert result["provider"] == "claude_code"
+    assert result["status"] == "completed"
+    assert str(uuid.UUID(result["session_id"])) == result["session_id"]
+    assert result["resumed"] is False
+    assert len(spawns) == 1
+    argv = spawns[0]
+    assert "--session-id" in argv
+    assert argv[argv.index("--session-id") + 1] == result["session_id"]
+    assert not any("dangerously" in a or "bypass" in a.lower() for a in argv)
+    assert "fix the bug" not in " ".join(argv)  # the prompt goes on stdin
+
+    status, state = await daemon.json("GET", f"/v1/runs/{result['run_id']}")
+    assert status == 200
+    assert state["status"] == "completed"
+    assert state["result"] == result
+    assert state["last_seq"] >= 1
+
+
+async def test_wait_false_answers_202_and_streams_ndjson(daemon: Daemon) -> None:
+    resp = await daemon.post_run("fake: normal")
+    assert resp.status == 202
+    body = await resp.json()
+    assert body["status"] == "running"
+    frames = await daemon.events(body["run_id"])
+    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+    assert frames[-1]["type"] == "run_result"
+    assert {f["run_id"] for f in frames} == {body["run_id"]}
+    assert len({f["id"] for f in frames}) == len(frames)
+    # after= replays only what follows, and a finished run's stream ends by itself
+    tail = await daemon.events(body["run_id"], after=2)
+    assert tail == frames[2:]
+    assert await daemon.events(body["run_id"], after=len(frames)) == []
+
+
+async def test_list_runs_newest_first(daemon: Daemon) -> None:
+    ids = []
+    for _ in range(3):
+        resp = await daemon.post_run("hello", wait=True)
+        ids.append((await resp.json())["run_id"])
+    status, body = await daemon.json("GET", "/v1/runs?limit=2")
+    assert status == 200
+    assert [r["run_id"] for r in body["runs"]] == ids[::-1][:2]
+    status, body = await daemon.json("GET", "/v1/runs?limit=zero")
+    assert status == 400
+    assert body["error"]["code"] == "bad_request"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"not json", 400, "bad_request"),
+        (b'{"task": "x", "surprise": 1}', 400, "bad_request"),
+        (b'{"task": 5}', 400, "bad_request"),
+        (b'{"task": "   "}', 400, "empty_task"),
+        (b'{"task": "x", "mode": "auto"}', 403, "mode_not_allowed"),
+        (b'{"task": "x", "mode": "bypassPermissions"}', 403, "mode_not_allowed"),
+        (b'{"task": "x", "cwd": "/etc"}', 403, "workspace_outside_roots"),
+        (b'{"task": "x", "cwd": "../x"}', 403, "workspace_invalid"),
+        (b'{"task": "x", "cwd": "missing"}', 403, "workspace_not_directory"),
+        (b'{"task": "x", "resume": "not-a-uuid"}', 403, "resume_invalid"),
+        (
+            b'{"task": "x", "resume": "4f6c1d2e-8a3b-4c5d-9e7f-0a1b2c3d4e5f"}',
+            403,
+            "resume_unknown",
+        ),
+        (b'{"task": "x", "model": "opus"}', 403, "model_not_allowed"),
+    ],
+)
+async def test_refusals_spawn_nothing(
+    daemon: Daemon, spawns: list[Any], body: bytes, status: int, code: str
+) -> None:
+    got, answer = await daemon.json("POST", "/v1/runs", data=body)
+    assert (got, answer["error"]["code"]) == (status, code)
+    assert answer["error"]["message"]
+    assert spawns == []
+    _, runs = await daemon.json("GET", "/v1/runs")
+    assert runs["runs"] == []
+
+
+async def test_task_too_large_is_413(
+    short_dir: Path, workspace: Path, tmp_path: Path, spawns: list[Any]
+) -> None:
+    d = await start_daemon(make_config(short_dir, workspace, limits={"task_bytes": 1024}), tmp_path)
+    try:
+        status, body = await d.json("POST", "/v1/runs", json={"task": "x" * 2000})
+        assert (status, body["error"]["code"]) == (413, "task_too_large")
+        status, body = await d.json("POST", "/v1/runs", data=b"x" * (1024 * 1024))
+        assert status == 413
+    finally:
+        await stop_daemon(d)
+    assert spawns == []
+
+
+async def test_capacity_429_and_busy_session_409(
+    short_dir: Path, workspace: Path, tmp_path: Path, spawns: list[Any]
+) -> None:
+    config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 1})
+    d = await start_daemon(config, tmp_path)
+    try:
+        first = await (await d.post_run("hello", wait=True)).json()
+        resp = await d.post_run("fake: hang after=init", resume=first["session_id"])
+        assert resp.status == 202
+        hanging = (await resp.json())["run_id"]
+        status, body = await d.json("POST", "/v1/runs", json={"task": "another"})
+        assert (status, body["error"]["code"]) == (429, "too_many_runs")
+        assert len(spawns) == 2
+        status, _ = await d.json("POST", f"/v1/runs/{hanging}/cancel")
+        assert status == 202
+        await d.events(hanging)
+    finally:
+        await stop_daemon(d)
+
+    config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 2})
+    d = await start_daemon(config, tmp_path)
+    try:
+        resp = await d.post_run("fake: hang after=init", resume=first["session_id"])
+        assert resp.status == 202
+        status, body = await d.json(
+            "POST", "/v1/runs", json={"task": "x", "resume": first["session_id"]}
+        )
+        assert (status, body["error"]["code"]) == (409, "session_busy")
+        assert len(spawns) == 3
+    finally:
+        await stop_daemon(d)
+
+
+async def test_resume_passes_resume_and_other_workspace_is_refused(
+    daemon: Daemon, spawns: list[Any]
+) -> None:
+    first = await (await daemon.post_run("hello", wait=True)).json()
+    resp = await daemon.post_run("again", resume=first["session_id"], wait=True)
+    second = await resp.json()
+    assert resp.status == 200, second
+    assert second["resumed"] is True
+    assert second["session_id"] == first["session_id"]
+    argv = spawns[-1]
+    assert argv[argv.index("--resume") + 1] == first["session_id"]
+    assert "--session-id" not in argv
+    status, body = await daemon.json(
+        "POST", "/v1/runs", json={"task": "x", "cwd": "sub", "resume": first["session_id"]}
+    )
+    assert (status, body["error"]["code"]) == (403, "resume_other_workspace")
+    assert len(spawns) == 2
+
+
+async def test_unknown_run_and_route_are_json_404(daemon: Daemon) -> None:
+    for method, path in [
+        ("GET", "/v1/runs/nope"),
+        ("POST", "/v1/runs/nope/cancel"),
+        ("GET", "/v1/runs/nope/events"),
+        ("GET", "/v1/ws?run=nope"),
+        ("GET", "/nothing-here"),
+    ]:
+        status, body = await daemon.json(method, path)
+        assert status == 404, (method, path)
+        assert body["error"]["code"] in ("run_not_found", "not_found")
+    status, body = await daemon.json("DELETE", "/v1/runs")
+    assert (status, body["error"]["code"]) == (405, "method_not_allowed")
+
+
+async def test_cancel_of_a_finished_run_is_409(daemon: Daemon) -> None:
+    result = await (await daemon.post_run("hello", wait=True)).json()
+    status, body = await daemon.json("POST", f"/v1/runs/{result['run_id']}/cancel")
+    assert (status, body["error"]["code"]) == (409, "run_finished")
+
+
+async def test_a_handler_bug_is_a_json_500(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(self: Any, limit: int) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(runs_module.RunManager, "recent", broken)
+    status, body = await daemon.json("GET", "/v1/runs")
+    assert (status, body["error"]["code"]) == (500, "internal_error")
+    status, _ = await daemon.json("GET", "/healthz")
+    assert status == 200
+
+
+async def test_metrics_text(daemon: Daemon) -> None:
+    await daemon.post_run("hello", wait=True)
+    async with daemon.http.get(f"{BASE}/metrics") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    assert 'codelegate_runs_total{status="completed"} 1' in text
+    assert "codelegate_run_duration_seconds_count 1" in text
+    assert "codelegate_subscribers " in text
+    assert "codelegate_subscribers_dropped_total 0" in text
+
+
+async def test_concurrent_requests_do_not_exceed_capacity(
+    short_dir: Path, workspace: Path, tmp_path: Path, spawns: list[Any]
+) -> None:
+    config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 2})
+    d = await start_daemon(config, tmp_path)
+    try:
+        answers = await asyncio.gather(
+            *(d.json("POST", "/v1/runs", json={"task": "fake: hang"}) for _ in range(6))
+        )
+        assert sorted(status for status, _ in answers) == [202, 202, 429, 429, 429, 429]
+        assert len(spawns) == 2
+    finally:
+        await stop_daemon(d)

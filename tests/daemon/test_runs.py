@@ -1,0 +1,263 @@
+"""Run lifecycles through the daemon: cancel, late frames, disconnects, WebSocket, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from daemon.store import RunRecord, RunStore
+from policy.config import Config
+from tests.daemon.conftest import (
+    BASE,
+    Daemon,
+    frames_until_result,
+    next_frame,
+    start_daemon,
+    stop_daemon,
+)
+from translator import RunContext, Translator
+from translator.frames import encode_frame
+
+CLOSE_FRAMES = {"tool_result", "provider_invocation", "provider_activity", "run_result"}
+
+
+async def test_cancel_ends_cancelled_and_no_late_frame(daemon: Daemon) -> None:
+    async with daemon.ws("?run=*") as ws:
+        resp = await daemon.post_run("fake: tools n=200000 rate=3000")
+        run_id = (await resp.json())["run_id"]
+        seen = 0
+        while seen < 20:  # the run is producing cards
+            frame = await next_frame(ws)
+            seen += frame["type"] == "tool_call"
+        status, body = await daemon.json("POST", f"/v1/runs/{run_id}/cancel")
+        assert status == 202
+        cut = body["last_seq"]
+        frames = await frames_until_result(ws)
+    late = [f for f in frames if f["seq"] > cut]
+    assert late[-1]["type"] == "run_result"
+    assert late[-1]["result"]["status"] == "cancelled"
+    assert {f["type"] for f in late} <= CLOSE_FRAMES
+    for f in late:
+        if f["type"] == "tool_result":
+            assert f["status"] == "failed"
+            assert f["error_type"] == "cancelled"
+    _, state = await daemon.json("GET", f"/v1/runs/{run_id}")
+    assert state["status"] == "cancelled"
+
+
+async def test_cancel_kills_a_child_that_ignores_sigterm(daemon: Daemon) -> None:
+    async with daemon.ws("?run=*") as ws:
+        resp = await daemon.post_run("fake: ignore_term")
+        run_id = (await resp.json())["run_id"]
+        while (await next_frame(ws))["type"] != "tool_call":
+            pass
+        status, _ = await daemon.json("POST", f"/v1/runs/{run_id}/cancel")
+        assert status == 202
+        frames = await frames_until_result(ws)
+    assert frames[-1]["result"]["status"] == "cancelled"
+    closing = [f for f in frames if f["type"] == "tool_result"]
+    assert [f["error_type"] for f in closing] == ["cancelled"]
+
+
+async def test_waiting_caller_that_disconnects_cancels_its_run(daemon: Daemon) -> None:
+    async with daemon.ws("?run=*") as ws:
+        post = asyncio.create_task(daemon.post_run("fake: ignore_term", wait=True))
+        first = await next_frame(ws)
+        while first["type"] != "tool_call":
+            first = await next_frame(ws)
+        run_id = first["run_id"]
+        post.cancel()  # the caller hangs up
+        frames = await frames_until_result(ws)
+    assert frames[-1]["result"]["status"] == "cancelled"
+    _, state = await daemon.json("GET", f"/v1/runs/{run_id}")
+    assert state["status"] == "cancelled"
+
+
+async def test_timeout_ends_the_run_as_timeout(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    from tests.daemon.conftest import make_config
+
+    config = make_config(short_dir, workspace, policy={"run_timeout_s": 1.0})
+    d = await start_daemon(config, tmp_path)
+    try:
+        resp = await d.post_run("fake: hang after=init", wait=True)
+        result = await resp.json()
+        assert result["status"] == "timeout"
+    finally:
+        await stop_daemon(d)
+
+
+async def test_ws_replay_then_live_without_gap_for_many_subscribers(daemon: Daemon) -> None:
+    resp = await daemon.post_run("fake: tools n=400 rate=2000")
+    run_id = (await resp.json())["run_id"]
+    results: list[list[dict[str, Any]]] = []
+
+    async def late_joiner(after: int) -> None:
+        async with daemon.ws(f"?run={run_id}&after={after}") as ws:
+            frames = await frames_until_result(ws)
+            assert [f["seq"] for f in frames] == list(range(after + 1, frames[-1]["seq"] + 1))
+            results.append(frames)
+
+    joiners = []
+    for after in (0, 0, 3, 10):
+        joiners.append(asyncio.create_task(late_joiner(after)))
+        await asyncio.sleep(0.05)  # spread the joins over the run (not a synchronisation)
+    await asyncio.gather(*joiners)
+    full = await daemon.events(run_id)
+    for frames in results:
+        assert frames == full[frames[0]["seq"] - 1 :]
+
+
+async def test_ws_subscribe_messages(daemon: Daemon) -> None:
+    first = await (await daemon.post_run("hello", wait=True)).json()
+    full = await daemon.events(first["run_id"])
+    async with daemon.ws() as ws:
+        await ws.send_str("{not json")
+        error = await next_frame(ws)
+        assert error["type"] == "error"
+        assert error["error"]["code"] == "bad_message"
+        await ws.send_json({"type": "subscribe", "run": "nope"})
+        assert (await next_frame(ws))["error"]["code"] == "run_not_found"
+        await ws.send_json({"type": "subscribe", "run": first["run_id"], "after": 1})
+        frames = await frames_until_result(ws)
+        assert frames == full[1:]
+        ack = await next_frame(ws)
+        assert ack == {"type": "subscribed", "run": first["run_id"]}
+        await ws.send_json({"type": "subscribe", "run": "*"})
+        assert (await next_frame(ws))["type"] == "subscribed"
+        await daemon.post_run("again")
+        frames = await frames_until_result(ws)
+        assert frames[0]["seq"] == 1
+        assert frames[0]["run_id"] != first["run_id"]
+
+
+async def test_restart_replays_the_same_frames(config: Config, tmp_path: Path) -> None:
+    d = await start_daemon(config, tmp_path)
+    try:
+        result = await (await d.post_run("hello", wait=True)).json()
+        before = await d.events(result["run_id"])
+        _, state_before = await d.json("GET", f"/v1/runs/{result['run_id']}")
+    finally:
+        await stop_daemon(d)
+    d = await start_daemon(config, tmp_path)
+    try:
+        after = await d.events(result["run_id"])
+        _, state_after = await d.json("GET", f"/v1/runs/{result['run_id']}")
+        async with d.ws(f"?run={result['run_id']}&after=1") as ws:
+            over_ws = await frames_until_result(ws)
+    finally:
+        await stop_daemon(d)
+    assert after == before
+    assert over_ws == before[1:]
+    assert state_after["result"] == state_before["result"]
+    assert state_after["status"] == "completed"
+
+
+async def test_runs_left_running_are_closed_as_interrupted(config: Config, tmp_path: Path) -> None:
+    run_id = "0a7d1f8e-2222-4b4b-8c8c-000000000001"
+    session = "0a7d1f8e-3333-4b4b-8c8c-000000000002"
+    ctx = RunContext(
+        run_id=run_id, cwd=config.policy.workspaces[0], session_id=session, started_at=1.0
+    )
+    translator = Translator(ctx)
+    frames = translator.start(1.0)
+    frames += translator.receive_data(_open_card_transcript(session), 2.0)
+    assert frames, "the transcript opens a card"
+    store = await RunStore.open(config.store.path)
+    await store.create_run(
+        RunRecord(
+            run_id=run_id,
+            status="running",
+            created_at=1.0,
+            finished_at=None,
+            cwd=config.policy.workspaces[0],
+            mode="safe",
+            session_id=session,
+            resumed=False,
+            parent_tool_call_id=None,
+            last_seq=0,
+            result=None,
+            exit_code=None,
+        )
+    )
+    for frame in frames:
+        store.append_frame(run_id, frame.seq, encode_frame(frame))
+    await store.flush()
+    await store.close()
+
+    d = await start_daemon(config, tmp_path)
+    try:
+        _, state = await d.json("GET", f"/v1/runs/{run_id}")
+        replay = await d.events(run_id)
+    finally:
+        await stop_daemon(d)
+    assert state["status"] == "interrupted"
+    assert [f["seq"] for f in replay] == list(range(1, len(replay) + 1))
+    assert [msgspec.json.encode(f) for f in replay[: len(frames)]] == [
+        msgspec.json.encode(msgspec.json.decode(encode_frame(f))) for f in frames
+    ]
+    closing = [f for f in replay[len(frames) :] if f["type"] == "tool_result"]
+    assert closing
+    assert {f["error_type"] for f in closing} == {"interrupted"}
+    assert replay[-1]["type"] == "run_result"
+    assert replay[-1]["result"]["status"] == "interrupted"
+
+
+def _open_card_transcript(session: str) -> bytes:
+    lines = [
+        {
+            "type": "system",
+            "subtype": "init",
+            "session_id": session,
+            "cwd": "/w",
+            "tools": [],
+            "permissionMode": "default",
+            "parent_tool_use_id": None,
+        },
+        {
+            "type": "assistant",
+            "session_id": session,
+            "parent_tool_use_id": None,
+            "message": {
+                "id": "msg_1",
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Bash",
+                        "input": {"command": "sleep 5"},
+                    }
+                ],
+            },
+        },
+    ]
+    return b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
+
+
+async def test_shutdown_closes_websockets_going_away(config: Config, tmp_path: Path) -> None:
+    d = await start_daemon(config, tmp_path)
+    try:
+        async with d.ws("?run=*") as ws:
+            closing = asyncio.create_task(d.handle.close())
+            msg = await asyncio.wait_for(ws.receive(), 10)
+            assert msg.type == aiohttp.WSMsgType.CLOSE
+            assert msg.data == 1001
+            await closing
+    finally:
+        await d.http.close()
+
+
+async def test_stopping_daemon_refuses_new_runs(daemon: Daemon) -> None:
+    from daemon.app import STATE
+
+    daemon.handle.app[STATE].stopping = True
+    status, body = await daemon.json("POST", "/v1/runs", json={"task": "x"})
+    assert (status, body["error"]["code"]) == (503, "shutting_down")
+    async with daemon.http.get(f"{BASE}/healthz") as resp:
+        assert (await resp.json())["status"] == "stopping"
