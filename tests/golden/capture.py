@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import os
 import re
 import shutil
 import socket
@@ -473,6 +474,9 @@ async def capture(claude: str, spec: Scenario, out: Path) -> list[Path]:
         return written
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        # the CLI's task files for this workspace (TMPDIR is left alone: the env dump shows it)
+        cli_tmp = Path(tempfile.gettempdir()) / f"claude-{os.getuid()}"
+        shutil.rmtree(cli_tmp / _slug(str(root / "ws")), ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
