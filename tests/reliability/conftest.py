@@ -1,0 +1,163 @@
+"""Fixtures for the reliability suite: a daemon in-process with a fake CLI, process scans.
+
+Everything here waits with bounded polling loops (``until``), never with blind sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from policy.config import Config
+from tests.daemon.conftest import (
+    Daemon,
+    make_config,
+    start_daemon,
+    stop_daemon,
+)
+
+HERE = Path(__file__).resolve().parent
+CHATTY_CLAUDE = str(HERE / "chatty_claude.py")
+MARKER = b"CODELEGATE_RUN_ID="
+
+__all__ = [
+    "CHATTY_CLAUDE",
+    "Daemon",
+    "alive_marked",
+    "cards_closed",
+    "make_config",
+    "start_daemon",
+    "stop_daemon",
+    "stored_frames",
+    "until",
+]
+
+
+async def until(predicate: Callable[[], bool], deadline_s: float = 15.0, what: str = "") -> None:
+    """Poll ``predicate`` until it holds; fail after a bounded deadline."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not predicate():
+        if loop.time() > end:
+            pytest.fail(f"not within {deadline_s}s: {what or predicate}")
+        await asyncio.sleep(0.02)
+
+
+def alive_marked(run_id: str | None = None) -> list[int]:
+    """Live (non-zombie) processes carrying a run marker (``run_id``'s, or any run's)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == b"Z":
+            continue
+        if run_id is None:
+            hit = any(e.startswith(MARKER) for e in environ)
+        else:
+            hit = MARKER + run_id.encode() in environ
+        if hit:
+            found.append(int(entry))
+    return found
+
+
+def cards_closed(frames: list[dict[str, Any]]) -> None:
+    """Card invariants over one run's frames: every tool_call has exactly one tool_result,
+    the run_result is last, seqs are gapless from 1 and ids are unique."""
+    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1)), "seq gap"
+    assert len({f["id"] for f in frames}) == len(frames), "duplicate frame id"
+    assert frames[-1]["type"] == "run_result"
+    opened = [f["tool_id"] for f in frames if f["type"] == "tool_call"]
+    closed = [f["tool_id"] for f in frames if f["type"] == "tool_result"]
+    assert sorted(set(opened)) == sorted(closed), "a card is left open or closed twice"
+    assert len(closed) == len(set(closed))
+
+
+def stored_frames(db_path: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's frames straight from the SQLite file (read-only)."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT data FROM frames WHERE run_id = ? ORDER BY seq", (run_id,)
+        ).fetchall()
+    finally:
+        conn.close()
+    return [msgspec.json.decode(bytes(r[0])) for r in rows]
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="clrel-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def rel_config(short_dir: Path, workspace: Path) -> Config:
+    """Fake CLI, a 1 s cancel grace, room for 8 concurrent runs."""
+    return make_config(short_dir, workspace, policy={"max_concurrent_runs": 16})
+
+
+@pytest.fixture
+async def rdaemon(rel_config: Config, tmp_path: Path) -> AsyncIterator[Daemon]:
+    d = await start_daemon(rel_config, tmp_path)
+    yield d
+    await stop_daemon(d)
+
+
+async def run_frames(d: Daemon, run_id: str) -> list[dict[str, Any]]:
+    """Every frame of a finished (or finishing) run, via NDJSON."""
+    return await d.events(run_id)
+
+
+async def post(d: Daemon, task: str, **fields: Any) -> str:
+    resp = await d.post_run(task, **fields)
+    body = await resp.json()
+    assert resp.status == 202, body
+    return str(body["run_id"])
+
+
+async def wait_done(d: Daemon, run_id: str, deadline_s: float = 30.0) -> dict[str, Any]:
+    """The run's state once it is no longer running (bounded)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while True:
+        status, state = await d.json("GET", f"/v1/runs/{run_id}")
+        assert status == 200
+        if state["status"] != "running" and state["result"] is not None:
+            return dict(state)
+        if loop.time() > end:
+            pytest.fail(f"run {run_id} still running after {deadline_s}s")
+        await asyncio.sleep(0.05)
+
+
+def python() -> str:
+    return sys.executable
+
+
+WS = aiohttp.ClientWebSocketResponse
