@@ -56,6 +56,7 @@ def test_counters_and_paths_are_not_secrets(key: str) -> None:
 
 def test_secret_keys_at_any_depth() -> None:
     value = {"a": [{"b": {"Password": "x", "n": 1}}], "headers": ({"Set-Cookie": "c"},)}
+    assert redact_value({1: "password=x"}) == {1: "password=[redacted]"}
     assert redact_value(value) == {
         "a": [{"b": {"Password": MASK, "n": 1}}],
         "headers": [{"Set-Cookie": MASK}],
@@ -192,6 +193,13 @@ def test_bound_text_cuts_on_a_character_boundary_with_a_marker() -> None:
     assert out.startswith("é")
     cut = int(out.split("[...")[1].split(" ")[0])
     assert len(out.split("[...")[0].encode()) + cut == 200
+
+
+def test_bound_text_steps_back_to_a_character_start() -> None:
+    for limit in range(20, 40):
+        out = bound_text("é" * 100, limit)
+        assert len(out.encode()) <= limit
+        assert out.startswith("é")
 
 
 def test_bound_text_with_a_tiny_limit_keeps_what_fits() -> None:
