@@ -1,0 +1,66 @@
+# codelegate: the daemon and the pinned Claude Code CLI in one image.
+#   docker build -t codelegate .
+#   docker run (see README "Docker"): credentials come from the environment at run time; nothing
+#   secret is baked in. No Docker engine runs on the project's CI machines: build it elsewhere.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG NODE_IMAGE=node:22-bookworm-slim
+
+# --- the pinned CLI, from the npm registry ------------------------------------------------
+FROM ${NODE_IMAGE} AS claude
+ARG CLAUDE_CODE_VERSION=2.1.332
+WORKDIR /opt/claude
+# The CLI is a native binary shipped in a platform package (an optional dependency);
+# --ignore-scripts: nothing from the registry runs at build time, we copy the binary ourselves.
+RUN npm install --ignore-scripts --omit=dev --no-audit --no-fund --prefix /opt/claude \
+        "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" \
+    && cp node_modules/@anthropic-ai/claude-code-linux-*/claude /opt/claude/claude \
+    && /opt/claude/claude --version
+
+# --- the daemon, installed from this project into a venv -----------------------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml constraints.txt README.md ./
+COPY daemon ./daemon
+COPY translator ./translator
+COPY policy ./policy
+RUN python -m venv /opt/codelegate/venv \
+    && /opt/codelegate/venv/bin/pip install -c constraints.txt .
+
+# --- runtime -------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+# git and bash: Claude Code's tools run them in the workspace. tini: PID 1 that forwards
+# signals and reaps what the daemon does not own. Debian's versions follow the base image.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bash ca-certificates git tini \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --user-group --home-dir /var/lib/codelegate \
+        --shell /usr/sbin/nologin codelegate \
+    && install -d -o codelegate -g codelegate -m 0750 \
+        /var/lib/codelegate /run/codelegate /srv/codelegate/workspaces \
+    && install -d -o root -g codelegate -m 0750 /etc/codelegate
+
+COPY --from=claude /opt/claude/claude /usr/local/bin/claude
+COPY --from=build /opt/codelegate/venv /opt/codelegate/venv
+COPY --chown=root:codelegate --chmod=0640 systemd/config.container.toml /etc/codelegate/config.toml
+
+ENV PATH=/opt/codelegate/venv/bin:$PATH \
+    HOME=/var/lib/codelegate \
+    CODELEGATE_SOCKET=/run/codelegate/codelegate.sock \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+# Numeric, so the host (and Kubernetes runAsNonRoot) can tell it is not root.
+USER 10001:10001
+WORKDIR /var/lib/codelegate
+# config (mount your own config.toml), the run store and the CLI's state, the socket
+# directory (bind-mount it to reach the daemon from the host), the workspaces.
+VOLUME ["/etc/codelegate", "/var/lib/codelegate", "/run/codelegate", "/srv/codelegate/workspaces"]
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["/opt/codelegate/venv/bin/python", "-m", "daemon.tool", "health", "/run/codelegate/codelegate.sock"]
+
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/codelegate/venv/bin/codelegate"]
+CMD ["serve", "--config", "/etc/codelegate/config.toml"]
