@@ -21,6 +21,7 @@ import signal
 from collections.abc import Iterator
 from typing import Final
 
+from daemon.cgroups import RunCgroup
 from policy.environment import RUN_MARKER_VAR
 
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -133,13 +134,20 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 
 async def kill_run(
-    run_id: str, *, pgid: int | None = None, limit_s: float = 5.0, poll: float = 0.02
+    run_id: str,
+    *,
+    pgid: int | None = None,
+    cgroup: RunCgroup | None = None,
+    leader: int | None = None,
+    limit_s: float = 5.0,
+    poll: float = 0.02,
 ) -> tuple[int, list[int]]:
-    """SIGKILL the group (if given) and every process carrying the run's marker, until none is left.
+    """SIGKILL the group and cgroup (if given) and every process carrying the run's marker,
+    until none is left.
 
-    Killed processes can no longer fork, so repeated scans converge; a new child forked between a
-    scan and the kill is caught by the next scan. Bounded by ``limit_s``.
-    Returns (number of distinct pids signalled, pids still alive at the deadline).
+    Killed processes can no longer fork, so repeated sweeps converge; a child forked between a
+    scan and the kill is caught by the next sweep. Bounded by ``limit_s``. Returns (number of
+    distinct processes other than ``leader`` signalled, pids still alive at the deadline).
     """
     entry = marker_entry(run_id)
     loop = asyncio.get_running_loop()
@@ -148,13 +156,17 @@ async def kill_run(
     if pgid is not None:  # once: later the pgid may be recycled; members carry the marker
         signal_group(pgid, signal.SIGKILL)
     while True:
+        if cgroup is not None:
+            signalled.update(cgroup.kill())
         # A /proc scan is quick but does file I/O on every process: keep it off the loop.
         left = await asyncio.to_thread(marked_pids, run_id)
         for pid in left:
             if _kill_if_marked(pid, entry, signal.SIGKILL):
                 signalled.add(pid)
         reap_orphans()
-        if not left or loop.time() >= deadline:
+        busy = bool(left) or (cgroup is not None and cgroup.populated())
+        if not busy or loop.time() >= deadline:
+            signalled.discard(leader or 0)
             return len(signalled), left
         await asyncio.sleep(poll)  # let the kernel finish tearing the killed processes down
 

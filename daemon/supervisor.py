@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
+import shutil
 import signal
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from daemon import procs
+from daemon.cgroups import RunCgroup
 from daemon.procs import become_subreaper, reap_orphans, reap_orphans_forever
 from policy.environment import RUN_MARKER_VAR
 
@@ -94,8 +97,10 @@ class ChildProcess:
         stderr_lines: int,
         eof_grace: float,
         on_stderr_line: Callable[[int], None] | None,
+        cgroup: RunCgroup | None,
     ) -> None:
         self.pid = proc.pid
+        self.cgroup = cgroup
         self.run_id = run_id
         self.stderr_lines_seen = 0
         self._proc = proc
@@ -122,23 +127,35 @@ class ChildProcess:
         stderr_lines: int = 200,
         eof_grace: float = 2.0,
         on_stderr_line: Callable[[int], None] | None = None,
+        cgroup: bool = True,
     ) -> ChildProcess:
         """Start ``argv`` in a new session, write ``stdin`` and close it.
 
         ``env`` must carry ``RUN_MARKER_VAR=run_id``: without it the run's escaped processes
         could not be found again, so it is refused. ``on_stderr_line(count)`` is called with the
-        running total of stderr lines. Raises :class:`SpawnError` if the program cannot start.
+        running total of stderr lines. With ``cgroup`` (the default) the run also gets a cgroup
+        of its own where a delegated cgroup v2 subtree is available (see ``daemon.cgroups``).
+        Raises :class:`SpawnError` if the program cannot start.
         """
         if env.get(RUN_MARKER_VAR) != run_id:
             raise ValueError(f"env must carry {RUN_MARKER_VAR}={run_id}")
         if not argv:
             raise SpawnError("empty argv")
+        run_cgroup = RunCgroup.create(run_id) if cgroup else None
+        launch = list(argv)
+        if run_cgroup is not None:
+            # Through the shell wrapper a missing binary would only show as exit 127: check it
+            # here so that it stays a spawn failure.
+            if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+                run_cgroup.remove()
+                raise SpawnError(f"cannot start {argv[0]!r}: not an executable file")
+            launch = run_cgroup.wrap(argv)
         loop = asyncio.get_running_loop()
         with procs.spawning():
             try:
                 transport, protocol = await loop.subprocess_exec(
                     lambda: _Protocol(STDOUT_BUFFER, loop),
-                    *argv,
+                    *launch,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
@@ -147,6 +164,8 @@ class ChildProcess:
                     start_new_session=True,
                 )
             except OSError as exc:
+                if run_cgroup is not None:
+                    run_cgroup.remove()
                 raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
             proc = asyncio.subprocess.Process(transport, protocol, loop)
             procs.register_child(proc.pid)
@@ -158,6 +177,7 @@ class ChildProcess:
             stderr_lines=stderr_lines,
             eof_grace=eof_grace,
             on_stderr_line=on_stderr_line,
+            cgroup=run_cgroup,
         )
         child._spawn_task(child._feed_stdin(stdin), "stdin")
         child._spawn_task(child._drain_stderr(), "stderr")
@@ -289,14 +309,22 @@ class ChildProcess:
         # Only signal the group while its leader is unreaped: after that the pgid could be
         # recycled, and every member still carries the marker anyway.
         pgid = self.pid if self.returncode is None else None
-        killed, _ = await procs.kill_run(self.run_id, pgid=pgid)
-        self._killed += killed
+        await self._kill_all(pgid)
         return await self.wait()
 
     async def reap_stragglers(self) -> int:
         """After the CLI exited: SIGKILL whatever of the run is left. Returns how many."""
-        killed, _ = await procs.kill_run(self.run_id)
+        return await self._kill_all(None)
+
+    async def _kill_all(self, pgid: int | None) -> int:
+        killed, _ = await procs.kill_run(
+            self.run_id, pgid=pgid, cgroup=self.cgroup, leader=self.pid
+        )
         self._killed += killed
+        # An empty run cgroup is removed; one that cannot be (a process in D state) is kept
+        # for the next sweep.
+        if self.cgroup is not None and self.returncode is not None and self.cgroup.remove():
+            self.cgroup = None
         return killed
 
     async def aclose(self) -> None:

@@ -19,6 +19,7 @@ Scenarios (keys in brackets):
   ignore_term       ignores SIGTERM; init, a tool_use, then sleeps
   grandchild        init, a Bash tool_use, leaves a double-forked setsid grandchild that ignores
                     SIGTERM and sleeps [pidfile=PATH] [hold_stdio=1: it keeps our stdout/stderr]
+                    [scrub_env=1: it re-executes itself with an empty environment]
                     [then=hang|exit]
   stderr            [lines=5] stderr lines, one with a planted API key, then a normal run
   tools             [n=1000] tool lines (tool_use/tool_result alternating) as fast as possible
@@ -168,7 +169,14 @@ def _sleep_forever() -> None:
         time.sleep(3600)
 
 
-def _leave_grandchild(pidfile: str | None, hold_stdio: bool) -> None:
+_SLEEPER = (
+    "import signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "while True: time.sleep(3600)"
+)
+
+
+def _leave_grandchild(pidfile: str | None, hold_stdio: bool, scrub_env: bool) -> None:
     """Double-fork into a new session, like a tool process that escapes the CLI's tree."""
     first = os.fork()
     if first:
@@ -187,6 +195,8 @@ def _leave_grandchild(pidfile: str | None, hold_stdio: bool) -> None:
         with open(tmp, "w") as fh:
             fh.write(str(os.getpid()))
         os.replace(tmp, pidfile)  # atomic: a reader never sees a half-written pid
+    if scrub_env:  # drop every variable, the run marker too: only a cgroup still finds it
+        os.execve(sys.executable, [sys.executable, "-c", _SLEEPER], {})  # noqa: S606
     _sleep_forever()
 
 
@@ -261,7 +271,9 @@ def main(args: list[str]) -> int:
         s.normal_ending()
     elif name == "grandchild":
         tool_id = s.tool_use("nohup ./serve.sh &")
-        _leave_grandchild(params.get("pidfile"), params.get("hold_stdio") == "1")
+        _leave_grandchild(
+            params.get("pidfile"), params.get("hold_stdio") == "1", params.get("scrub_env") == "1"
+        )
         s.tool_result(tool_id, "started")
         if params.get("then", "hang") == "hang":
             _sleep_forever()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from daemon import procs
+from daemon import cgroups, procs
 from daemon.supervisor import ChildProcess, become_subreaper, reap_orphans
 from policy.environment import RUN_MARKER_VAR
 from tests.fakes import FAKE_CLAUDE
@@ -74,8 +74,16 @@ def subreaper() -> Iterator[None]:
     become_subreaper(on=False)
 
 
+@pytest.fixture(params=["marker", "cgroup"])
+def attribution(request: pytest.FixtureRequest) -> str:
+    """How a run's processes are found: the env marker alone, or a cgroup per run as well."""
+    if request.param == "cgroup" and cgroups.delegated_base() is None:
+        pytest.skip("no delegated, writable cgroup v2 subtree here")
+    return str(request.param)
+
+
 @pytest.fixture
-async def spawn_fake(tmp_path: Path) -> AsyncIterator[Spawn]:
+async def spawn_fake(tmp_path: Path, attribution: str) -> AsyncIterator[Spawn]:
     """Spawn the fake CLI with a scenario; every run is killed by marker at teardown."""
     runs: list[ChildProcess] = []
 
@@ -89,7 +97,7 @@ async def spawn_fake(tmp_path: Path) -> AsyncIterator[Spawn]:
             env=fake_env(rid),
             stdin=f"fake: {scenario}\nplease do the thing\n".encode(),
             run_id=rid,
-            **kw,
+            **({"cgroup": attribution == "cgroup"} | kw),
         )
         runs.append(child)
         return child
@@ -99,6 +107,7 @@ async def spawn_fake(tmp_path: Path) -> AsyncIterator[Spawn]:
         await child.terminate(0)
         await child.aclose()
         assert procs.marked_pids(child.run_id) == []
+        assert child.cgroup is None  # removed once empty
 
 
 async def read_all(child: ChildProcess, n: int = 1 << 16) -> bytes:

@@ -215,7 +215,9 @@ async def test_spawn_refuses_an_env_without_the_run_marker(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("problem", ["missing_binary", "missing_cwd", "empty_argv"])
-async def test_spawn_failures_raise_spawn_error(tmp_path: Path, problem: str) -> None:
+async def test_spawn_failures_raise_spawn_error(
+    tmp_path: Path, problem: str, attribution: str
+) -> None:
     argv = [sys.executable, FAKE_CLAUDE]
     cwd = str(tmp_path)
     if problem == "missing_binary":
@@ -225,7 +227,14 @@ async def test_spawn_failures_raise_spawn_error(tmp_path: Path, problem: str) ->
     else:
         argv = []
     with pytest.raises(SpawnError):
-        await ChildProcess.spawn(argv, cwd=cwd, env=fake_env("r2"), stdin=b"", run_id="r2")
+        await ChildProcess.spawn(
+            argv,
+            cwd=cwd,
+            env=fake_env("r2"),
+            stdin=b"",
+            run_id="r2",
+            cgroup=attribution == "cgroup",
+        )
 
 
 async def test_the_orphan_reaper_never_steals_a_direct_childs_status(spawn_fake: Spawn) -> None:

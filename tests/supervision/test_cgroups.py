@@ -1,0 +1,97 @@
+"""A cgroup per run: it finds what the marker cannot (a process that dropped its environment)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from daemon import cgroups, procs
+from daemon.cgroups import RunCgroup
+from daemon.supervisor import ChildProcess, reap_orphans
+from tests.supervision.conftest import Spawn, alive, exists, until
+
+needs_cgroup = pytest.mark.skipif(
+    cgroups.delegated_base() is None, reason="no delegated, writable cgroup v2 subtree here"
+)
+
+
+async def _scrubbed_grandchild(spawn_fake: Spawn, tmp_path: Path) -> tuple[ChildProcess, int]:
+    pidfile = tmp_path / "grandchild.pid"
+    child = await spawn_fake(f"grandchild pidfile={pidfile} scrub_env=1 then=hang")
+    await until(pidfile.exists)
+    pid = int(pidfile.read_bytes())
+    # Wait for the re-exec: from then on the marker is gone from its environ.
+    await until(lambda: pid not in procs.marked_pids(child.run_id))
+    assert alive(pid)
+    return child, pid
+
+
+@needs_cgroup
+@pytest.mark.usefixtures("subreaper")
+@pytest.mark.parametrize("attribution", ["cgroup"], indirect=True)
+async def test_the_run_cgroup_kills_a_process_that_dropped_the_marker(
+    spawn_fake: Spawn, tmp_path: Path
+) -> None:
+    child, scrubbed = await _scrubbed_grandchild(spawn_fake, tmp_path)
+    assert child.cgroup is not None
+    assert scrubbed in child.cgroup.pids()
+
+    await child.terminate(grace=2.0)
+
+    await until(lambda: not exists(scrubbed))
+    assert child.cgroup is None  # empty, so removed
+
+
+@pytest.mark.usefixtures("subreaper")
+@pytest.mark.parametrize("attribution", ["marker"], indirect=True)
+async def test_without_a_cgroup_a_process_that_dropped_the_marker_escapes(
+    spawn_fake: Spawn, tmp_path: Path
+) -> None:
+    # The documented limit of the marker alone (see the operator README).
+    child, scrubbed = await _scrubbed_grandchild(spawn_fake, tmp_path)
+    try:
+        await child.terminate(grace=2.0)
+        assert alive(scrubbed)
+    finally:
+        os.kill(scrubbed, signal.SIGKILL)
+    # Re-parented to us and now a zombie nobody else waits for: the orphan reaper takes it.
+    await until(lambda: reap_orphans() >= 0 and not exists(scrubbed))
+
+
+@needs_cgroup
+def test_run_cgroup_lifecycle() -> None:
+    assert RunCgroup.create("../escape") is None
+    group = RunCgroup.create("lifecycle-test")
+    assert group is not None
+    try:
+        assert os.path.isdir(group.path)
+        assert group.wrap(["claude", "-p"])[-2:] == ["claude", "-p"]
+        assert group.pids() == []
+        assert not group.populated()
+        assert group.kill() == []
+    finally:
+        assert group.remove()
+    assert not os.path.exists(group.path)
+    assert group.remove()  # already gone
+
+
+def test_a_systemd_unit_cgroup_needs_delegation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unit = tmp_path / "system.slice" / "codelegate.service"
+    unit.mkdir(parents=True)
+    monkeypatch.setattr(cgroups, "_cgroup2_mount", lambda: str(tmp_path))
+    monkeypatch.setattr(cgroups, "_own_cgroup", lambda: "/system.slice/codelegate.service")
+    assert cgroups.detect() is None  # writable, but not delegated: systemd owns it
+
+
+def test_cgroups_can_be_turned_off() -> None:
+    try:
+        cgroups.set_enabled(False)
+        assert cgroups.delegated_base() is None
+        assert RunCgroup.create("some-run") is None
+    finally:
+        cgroups.set_enabled(True)
