@@ -323,7 +323,7 @@ class ChildProcess:
         self._killed += killed
         # An empty run cgroup is removed; one that cannot be (a process in D state) is kept
         # for the next sweep.
-        if self.cgroup is not None and self.returncode is not None and self.cgroup.remove():
+        if self.cgroup is not None and self.cgroup.remove():
             self.cgroup = None
         return killed
 
@@ -332,3 +332,5 @@ class ChildProcess:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.cgroup is not None and self.cgroup.remove():
+            self.cgroup = None
