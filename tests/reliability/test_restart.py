@@ -1,0 +1,208 @@
+"""The daemon SIGKILLed mid-run and restarted: the run is closed as interrupted, its cards
+closed, its processes (escaped grandchild included) gone, and replay keeps ids and seqs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from tests.fakes import FAKE_CLAUDE
+from tests.reliability.conftest import alive_marked, cards_closed, until
+
+BASE = "http://codelegate"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(state: Path, workspace: Path) -> Path:
+    path = state / "codelegate.toml"
+    path.write_text(
+        "[server]\n"
+        f"socket = {json.dumps(str(state / 'd.sock'))}\n"
+        "[claude]\n"
+        f"path = {json.dumps(FAKE_CLAUDE)}\n"
+        "[policy]\n"
+        f"workspaces = [{json.dumps(str(workspace))}]\n"
+        "cancel_grace_s = 0.5\n"
+        "[store]\n"
+        f"path = {json.dumps(str(state / 'store.db'))}\n"
+    )
+    return path
+
+
+class Served:
+    """``codelegate serve --config`` as a child process, and a client over its socket."""
+
+    def __init__(self, config: Path, state: Path, home: Path) -> None:
+        self.config, self.state, self.home = config, state, home
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.http: aiohttp.ClientSession | None = None
+        self.log = state / "daemon.log"
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home)}
+        with open(self.log, "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "daemon.cli", "serve", "--config", str(self.config)],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    async def start(self) -> None:
+        self.proc = self._spawn()
+        sock = self.state / "d.sock"
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=str(sock)),
+            timeout=aiohttp.ClientTimeout(total=30),
+        )
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with self.http.get(f"{BASE}/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            if loop.time() > end:
+                pytest.fail("the daemon did not come up: " + self.log.read_text()[-2000:])
+            await asyncio.sleep(0.05)
+
+    async def json(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        assert self.http is not None
+        async with self.http.request(method, f"{BASE}{path}", **kw) as resp:
+            return resp.status, await resp.json()
+
+    async def events(self, run_id: str) -> list[dict[str, Any]]:
+        assert self.http is not None
+        async with self.http.get(f"{BASE}/v1/runs/{run_id}/events") as resp:
+            body = await resp.read()
+        return [msgspec.json.decode(line) for line in body.splitlines()]
+
+    async def kill(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+            self.http = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+            self.http = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture
+async def served(tmp_path: Path, short_dir: Path) -> AsyncIterator[Served]:
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    home.mkdir()
+    s = Served(write_config(short_dir, workspace), short_dir, home)
+    try:
+        yield s
+    finally:
+        await s.stop()
+
+
+def stored_count(db: Path, run_id: str) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(
+            conn.execute("SELECT COUNT(*) FROM frames WHERE run_id = ?", (run_id,)).fetchone()[0]
+        )
+    finally:
+        conn.close()
+
+
+def stored(db: Path, run_id: str) -> list[dict[str, Any]]:
+    """The run's frames as the file holds them now (what survives a SIGKILL)."""
+    with contextlib.suppress(sqlite3.Error):
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            rows = conn.execute(
+                "SELECT data FROM frames WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall()
+        finally:
+            conn.close()
+        return [msgspec.json.decode(bytes(r[0])) for r in rows]
+    return []
+
+
+def kill_leftovers(*run_ids: str) -> None:
+    for run_id in run_ids:
+        for pid in alive_marked(run_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+async def test_sigkilled_daemon_restarts_with_runs_interrupted(
+    served: Served, short_dir: Path
+) -> None:
+    db = short_dir / "store.db"
+    await served.start()
+    run_ids: dict[str, str] = {}
+    # One run with an open card, one whose tool left an escaped (setsid) grandchild.
+    for name, task in (
+        ("open_card", "fake: ignore_term"),
+        ("escaped", "fake: grandchild then=hang"),
+    ):
+        status, body = await served.json("POST", "/v1/runs", json={"task": task, "cwd": "."})
+        assert status == 202, body
+        run_ids[name] = body["run_id"]
+    open_id, escaped_id = run_ids["open_card"], run_ids["escaped"]
+    try:
+        await until(
+            lambda: (
+                any(f["type"] == "tool_call" for f in stored(db, open_id))
+                and any(f["type"] == "tool_result" for f in stored(db, escaped_id))
+            ),
+            what="both runs' cards on disk",
+        )
+        await until(lambda: len(alive_marked(escaped_id)) >= 2, what="the CLI and its grandchild")
+        before = {rid: stored(db, rid) for rid in run_ids.values()}
+        await served.kill()
+        assert alive_marked(escaped_id), "a SIGKILLed daemon leaves the run's processes behind"
+
+        await served.start()
+        states = {rid: await served.json("GET", f"/v1/runs/{rid}") for rid in run_ids.values()}
+        after = {rid: await served.events(rid) for rid in run_ids.values()}
+        # Start-up closes the interrupted runs and must kill what is left of them.
+        await until(
+            lambda: alive_marked(open_id) == [] and alive_marked(escaped_id) == [],
+            10,
+            "the interrupted runs' processes gone after the restart",
+        )
+    finally:
+        kill_leftovers(*run_ids.values())
+    for rid in run_ids.values():
+        status, state = states[rid]
+        assert status == 200
+        assert state["status"] == "interrupted"
+        assert state["result"]["status"] == "interrupted"
+        cards_closed(after[rid])
+        assert after[rid][: len(before[rid])] == before[rid]  # same ids, seqs and content
+    closing = [f for f in after[open_id][len(before[open_id]) :] if f["type"] == "tool_result"]
+    assert closing
+    assert {f["error_type"] for f in closing} == {"interrupted"}
