@@ -90,14 +90,17 @@ def _serve(config_path: str | None, level: str, drain: float) -> int:
 
 
 def _translate(path: str, *, cwd: str, run_id: str) -> int:
-    stream: BinaryIO
-    if path == "-":
-        stream = sys.stdin.buffer
-        translate_stream(stream, sys.stdout.buffer, cwd=cwd, run_id=run_id)
-        return 0
     try:
-        with open(path, "rb") as stream:
-            translate_stream(stream, sys.stdout.buffer, cwd=cwd, run_id=run_id)
+        if path == "-":
+            translate_stream(sys.stdin.buffer, sys.stdout.buffer, cwd=cwd, run_id=run_id)
+        else:
+            with open(path, "rb") as stream:
+                translate_stream(stream, sys.stdout.buffer, cwd=cwd, run_id=run_id)
+    except BrokenPipeError:
+        # `codelegate translate x | head`: the reader left. Point stdout at /dev/null so the
+        # interpreter's final flush does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         print(f"codelegate translate: {path}: {exc.strerror}", file=sys.stderr)
         return 1
@@ -179,18 +182,12 @@ def translate_stream(src: BinaryIO, dst: BinaryIO, *, cwd: str, run_id: str) -> 
 
     Time is fixed at 0 so that the output of a transcript is reproducible.
     """
-    from translator import Outcome, RunContext, Translator
-    from translator.frames import encode_frame
+    from translator import RunContext
+    from translator.transcript import translate_chunks
 
-    translator = Translator(RunContext(run_id=run_id, cwd=cwd, started_at=0.0))
-
-    def write(frames: Sequence[object]) -> None:
-        dst.write(b"".join(encode_frame(f) + b"\n" for f in frames))  # type: ignore[arg-type]
-
-    write(translator.start(0.0))
-    while chunk := src.read(1 << 16):
-        write(translator.receive_data(chunk, 0.0))
-    write(translator.close(Outcome(reason="exited", exit_code=0), 0.0))
+    chunks = iter(lambda: src.read(1 << 16), b"")
+    for block in translate_chunks(chunks, RunContext(run_id=run_id, cwd=cwd, started_at=0.0)):
+        dst.write(block)
     dst.flush()
 
 

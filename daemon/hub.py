@@ -60,18 +60,20 @@ class Subscriber:
         self._live = 0  # live frames queued (replay and control messages do not count)
         self._wake = asyncio.Event()
 
-    def offer(self, delivery: Delivery) -> bool:
-        """Queue a live frame without waiting; False (and the subscriber closed) when full."""
+    @property
+    def backlog(self) -> int:
+        """Live frames queued and not yet taken by the writer."""
+        return self._live
+
+    def offer(self, delivery: Delivery) -> None:
+        """Queue a live frame without waiting (the hub decides when a subscriber lags)."""
         if self.closed:
-            return False
+            return
         if delivery.seq <= self.floor.get(delivery.run_id, self.floor_all):
-            return True  # the client said it has this one already
-        if self._live >= self.max_queue:
-            return False
+            return  # the client said it has this one already
         self._queue.append(delivery)
         self._live += 1
         self._wake.set()
-        return True
 
     def replay(self, deliveries: Iterable[Delivery]) -> None:
         """Queue a snapshot; not bounded by ``max_queue`` (it is already in memory)."""
@@ -184,15 +186,28 @@ class Hub:
 
     def publish(self, run_id: str, seq: int, data: bytes, *, last: bool = False) -> None:
         """Hand one encoded frame to every interested subscriber; never waits."""
-        self.stats.frames_published += 1
-        delivery = Delivery(run_id, seq, data, last)
+        self.publish_batch(run_id, [Delivery(run_id, seq, data, last)])
+
+    def publish_batch(self, run_id: str, batch: list[Delivery]) -> None:
+        """Hand the frames of one stdout chunk to every interested subscriber; never waits.
+
+        A subscriber lags when its queue is still full as the next batch arrives: one chunk
+        can yield hundreds of frames at once, which no client could drain in between.
+        """
+        if not batch:
+            return
+        self.stats.frames_published += len(batch)
         targets = list(self._by_run.get(run_id, ()))
         targets.extend(sub for sub in self._all if run_id not in sub.runs)
         for sub in targets:
-            if sub.offer(delivery):
-                self.stats.frames_queued += 1
-            elif not sub.closed:
+            if sub.closed:
+                continue
+            if sub.backlog >= sub.max_queue:
                 self._drop(sub)
+                continue
+            for delivery in batch:
+                sub.offer(delivery)
+            self.stats.frames_queued += len(batch)
 
     def _drop(self, sub: Subscriber) -> None:
         self.stats.subscribers_dropped += 1

@@ -332,22 +332,26 @@ class RunManager:
 
     def _emit(self, run: Run, frames: list[Frame]) -> None:
         """Encode once; log, store and publish in one synchronous step."""
+        batch: list[Delivery] = []
         for frame in frames:
             data = encode_frame(frame)
-            last = isinstance(frame, RunResult)
-            run.log.append(Delivery(run.run_id, frame.seq, data, last))
+            batch.append(Delivery(run.run_id, frame.seq, data, isinstance(frame, RunResult)))
             self._store.append_frame(run.run_id, frame.seq, data)
-            self._hub.publish(run.run_id, frame.seq, data, last=last)
             kind = type(frame).__struct_config__.tag
             self._metrics.frames[str(kind)] += 1
             if isinstance(frame, Diagnostic):
                 self._metrics.diagnostics[frame.code] += frame.count
+        run.log.extend(batch)
+        self._hub.publish_batch(run.run_id, batch)
 
     async def _pump(self, run: Run, child: ChildProcess) -> None:
         """Feed stdout to the translator until EOF; output after a stop is dropped unread."""
         while chunk := await child.read():
             if run.stopping is None:
                 self._emit(run, run.translator.receive_data(chunk, time.time()))
+            # A read of buffered output does not suspend: yield so that writers run between
+            # chunks of a run that floods its output.
+            await asyncio.sleep(0)
 
     async def _drive(self, run: Run) -> None:
         structlog.contextvars.bind_contextvars(run_id=run.run_id, session_id=run.session_id)

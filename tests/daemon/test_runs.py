@@ -261,3 +261,35 @@ async def test_stopping_daemon_refuses_new_runs(daemon: Daemon) -> None:
     assert (status, body["error"]["code"]) == (503, "shutting_down")
     async with daemon.http.get(f"{BASE}/healthz") as resp:
         assert (await resp.json())["status"] == "stopping"
+
+
+async def test_lagging_websocket_is_closed_and_resumes_with_after(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    from tests.daemon.conftest import make_config
+
+    config = make_config(short_dir, workspace, limits={"subscriber_queue": 16})
+    d = await start_daemon(config, tmp_path)
+    try:
+        async with d.ws("?run=*") as slow, d.ws("?run=*") as fast:
+            resp = await d.post_run("fake: tools n=6000 rate=3000")
+            run_id = (await resp.json())["run_id"]
+            everything = await frames_until_result(fast)  # never slowed by the other one
+            assert [f["seq"] for f in everything] == list(range(1, len(everything) + 1))
+            got: list[dict[str, Any]] = []
+            while True:
+                msg = await asyncio.wait_for(slow.receive(), 30)
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    break
+                got.append(msgspec.json.decode(msg.data))
+            assert msg.type == aiohttp.WSMsgType.CLOSE
+            assert msg.data == 4008
+            assert msg.extra == f"lagging, reconnect with after={got[-1]['seq']}"
+        assert got == everything[: len(got)]
+        async with d.ws(f"?run={run_id}&after={got[-1]['seq']}") as again:
+            rest = await frames_until_result(again)
+        assert got + rest == everything
+        async with d.http.get(f"{BASE}/metrics") as metrics:
+            assert "codelegate_subscribers_dropped_total 1" in await metrics.text()
+    finally:
+        await stop_daemon(d)

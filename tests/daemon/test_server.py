@@ -1,0 +1,141 @@
+"""Listening: socket mode and stale sockets, SO_PEERCRED, the TCP token and Origin checks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from daemon.server import ServerError, bind_unix_socket, start_server
+from tests.daemon.conftest import BASE, child_environ, make_config, start_daemon, stop_daemon
+
+TOKEN = "t0k3n-for-tests-0123456789abcdef"
+
+
+async def test_socket_has_the_configured_mode(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    config = make_config(short_dir, workspace, server={"socket_mode": "0600"})
+    d = await start_daemon(config, tmp_path)
+    try:
+        st = os.stat(short_dir / "d.sock")
+        assert stat.S_ISSOCK(st.st_mode)
+        assert stat.S_IMODE(st.st_mode) == 0o600
+    finally:
+        await stop_daemon(d)
+    assert not (short_dir / "d.sock").exists()  # removed on shutdown
+
+
+def test_stale_socket_is_replaced_live_one_and_files_refused(short_dir: Path) -> None:
+    path = str(short_dir / "s.sock")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()  # the file stays: a daemon that died
+    sock = bind_unix_socket(path, 0o660)
+    try:
+        sock.listen(1)
+        with pytest.raises(ServerError, match="another daemon"):
+            bind_unix_socket(path, 0o660)
+    finally:
+        sock.close()
+    regular = short_dir / "file"
+    regular.write_text("not a socket")
+    with pytest.raises(ServerError, match="not a socket"):
+        bind_unix_socket(str(regular), 0o660)
+    assert regular.read_text() == "not a socket"
+
+
+async def test_peer_with_another_uid_is_refused(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    config = make_config(short_dir, workspace, server={"allowed_uids": [os.getuid() + 1]})
+    d = await start_daemon(config, tmp_path)
+    try:
+        status, body = await d.json("GET", "/healthz")
+        assert (status, body["error"]["code"]) == (403, "peer_not_allowed")
+        status, body = await d.json("POST", "/v1/runs", json={"task": "x"})
+        assert status == 403
+    finally:
+        await stop_daemon(d)
+
+
+async def test_peer_allowed_by_group(short_dir: Path, workspace: Path, tmp_path: Path) -> None:
+    config = make_config(
+        short_dir,
+        workspace,
+        server={"allowed_uids": [os.getuid() + 1], "allowed_gids": [os.getgid()]},
+    )
+    d = await start_daemon(config, tmp_path)
+    try:
+        status, _ = await d.json("GET", "/healthz")
+        assert status == 200
+    finally:
+        await stop_daemon(d)
+
+
+async def test_tcp_needs_the_token_and_an_allowed_origin(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    config = make_config(
+        short_dir,
+        workspace,
+        server={
+            "tcp": "127.0.0.1:0",
+            "token_file": str(token_file),
+            "allowed_origins": ["https://chat.example.com"],
+        },
+    )
+    handle = await start_server(config, environ=child_environ(tmp_path))
+    try:
+        assert handle.tcp_port
+        url = f"http://127.0.0.1:{handle.tcp_port}/healthz"
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession() as http:
+            for headers, status, code in [
+                ({}, 401, "unauthorized"),
+                ({"Authorization": "Bearer wrong"}, 401, "unauthorized"),
+                ({"Authorization": f"Basic {TOKEN}"}, 401, "unauthorized"),
+                ({**good, "Origin": "https://evil.example"}, 403, "origin_not_allowed"),
+            ]:
+                async with http.get(url, headers=headers) as resp:
+                    assert resp.status == status
+                    assert (await resp.json())["error"]["code"] == code
+            for headers in (good, {**good, "Origin": "https://chat.example.com"}):
+                async with http.get(url, headers=headers) as resp:
+                    assert resp.status == 200
+        # the Unix socket needs no token
+        connector = aiohttp.UnixConnector(path=str(handle.socket_path))
+        async with (
+            aiohttp.ClientSession(connector=connector) as http,
+            http.get(f"{BASE}/healthz") as resp,
+        ):
+            assert resp.status == 200
+    finally:
+        await handle.close()
+
+
+async def test_tcp_without_a_readable_token_does_not_start(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    config = make_config(
+        short_dir,
+        workspace,
+        server={"tcp": "127.0.0.1:0", "token_file": str(tmp_path / "missing")},
+    )
+    with pytest.raises(ServerError, match="token_file"):
+        await start_server(config)
+    (tmp_path / "short").write_text("abc")
+    config = make_config(
+        short_dir,
+        workspace,
+        server={"tcp": "127.0.0.1:0", "token_file": str(tmp_path / "short")},
+    )
+    with pytest.raises(ServerError, match="at least 16"):
+        await start_server(config)
+    assert not (short_dir / "d.sock").exists()
