@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
+from aiohttp import WSCloseCode, web
+
+from translator.frames import encode_frame
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -31,6 +33,8 @@ class FakeDaemon:
     post_run: Handler | None = None
     events: Handler | None = None
     healthy: bool = True
+    ws_frames: list[Any] = field(default_factory=list)
+    ws_query: dict[str, str] = field(default_factory=dict)
 
 
 @pytest.fixture
@@ -66,6 +70,16 @@ async def fake_daemon(short_dir: Path) -> AsyncIterator[FakeDaemon]:
         assert daemon.events is not None, "test did not script the events stream"
         return await daemon.events(request)
 
+    async def websocket(request: web.Request) -> web.StreamResponse:
+        # Sends the scripted frames, then closes as a stopping daemon would (GOING_AWAY).
+        daemon.ws_query = dict(request.query)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        for frame in daemon.ws_frames:
+            await ws.send_str(encode_frame(frame).decode())
+        await ws.close(code=WSCloseCode.GOING_AWAY)
+        return ws
+
     async def healthz(request: web.Request) -> web.StreamResponse:
         return web.json_response({"ok": daemon.healthy}, status=200 if daemon.healthy else 503)
 
@@ -73,6 +87,7 @@ async def fake_daemon(short_dir: Path) -> AsyncIterator[FakeDaemon]:
     app.router.add_post("/v1/runs", post_run)
     app.router.add_post("/v1/runs/{run_id}/cancel", cancel)
     app.router.add_get("/v1/runs/{run_id}/events", events)
+    app.router.add_get("/v1/ws", websocket)
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()

@@ -1,0 +1,138 @@
+"""The terminal card board: frames in, text out, with a fixed clock and a recording console."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, RenderableType
+
+from daemon.board import Board, MultiBoard, spinner_frame
+from daemon.cli import translate_stream
+from tests.conftest import REFERENCE
+from translator.frames import Frame, ToolCall, decode_frame
+
+from .frames import SESSION, T0, Script, subagent_run
+
+
+def _text(*renderables: RenderableType) -> str:
+    console = Console(record=True, width=100, color_system=None, file=io.StringIO())
+    for renderable in renderables:
+        console.print(renderable)
+    return console.export_text()
+
+
+def _feed_all(board: Board | MultiBoard, frames: list[Frame]) -> str:
+    printed: list[RenderableType] = []
+    for frame in frames:
+        printed.extend(board.feed(frame))
+    return _text(*printed)
+
+
+def test_live_view_nests_subagent_cards_with_spinners_and_elapsed_time() -> None:
+    board = Board()
+    frames = subagent_run()
+    for frame in frames[:5]:  # text, Task open, Read open under it, progress, subagent text
+        board.feed(frame)
+    now = T0 + 2.0
+    spin = spinner_frame(now)
+    assert _text(board.live(now)).splitlines() == [
+        f"{spin} Explore the parser  1.8s  · 1 tools",
+        "    The parser is small.",
+        f"  {spin} Read src/parser.py  1.5s",
+        f"{spin} Claude Code is working  1.9s",
+    ]
+
+
+def test_settled_output_reads_like_a_transcript() -> None:
+    out = _feed_all(Board(), subagent_run())
+    assert out.splitlines() == [
+        "I'll look around first.",
+        "✓ Explore the parser  2.8s  · 1 tools",
+        "  ✓ Read src/parser.py  0.6s",
+        "  ✓ Grep TODO  0.2s",
+        "✗ Run: pytest -q  0.1s  permission_denied: Claude requested permissions to use Bash, but "
+        "you haven't",
+        "granted it yet.",
+        "! 2 × unknown type",
+        "Done: the parser has one TODO.",
+        "─" * 100,
+        "✓ completed  3.6s · 4 tools, 1 failed · $0.0123",
+        "The parser has one TODO in src/parser.py.",
+        "files changed: src/parser.py",
+        "permission denied: Bash (claude:b1)",
+        f"session {SESSION}",
+        f"resume: codelegate run --resume {SESSION} TASK",
+    ]
+
+
+def test_a_card_settles_only_when_its_subagent_cards_have() -> None:
+    s = Script()
+    board = Board()
+    board.feed(s.call("claude:t", "Task", "Background agent", 0))
+    board.feed(s.call("claude:c", "Read", "Read a.py", 0.1, parent="claude:t"))
+    # The Task's own result can come while its subagent still works (background agents).
+    assert board.feed(s.done("claude:t", "Task", 0.2, 100)) == []
+    assert "Read a.py" in _text(board.live(T0 + 1))
+    settled = _text(*board.feed(s.done("claude:c", "Read", 0.3, 50)))
+    assert settled.splitlines() == ["✓ Background agent  0.1s", "  ✓ Read a.py  0.1s"]
+    assert board.roots == []
+
+
+def test_repeated_call_updates_and_orphan_result_still_renders() -> None:
+    s = Script()
+    board = Board()
+    board.feed(s.call("claude:x", "Bash", "Run: make", 0))
+    board.feed(s.call("claude:x", "Bash", "Run: make test", 0.5))
+    assert len(board.cards) == 1
+    assert _text(board.live(T0 + 1)).splitlines()[0].endswith("Run: make test  1.0s")
+    orphan = _text(*board.feed(s.done("claude:y", "Write", 1, 5)))
+    assert orphan.strip() == "✓ Write  0.0s"
+
+
+def test_failed_run_and_open_cards_at_the_end() -> None:
+    s = Script()
+    board = Board()
+    board.feed(s.call("claude:x", "Bash", "Run: sleep 100", 0))
+    end = _text(*board.feed(s.result(65, status="timeout", error="run timed out", exit_code=143)))
+    lines = end.splitlines()
+    assert lines[0] == "… Run: sleep 100  0.0s"
+    assert lines[2] == "✗ timeout  exit 143"
+    assert lines[3] == "run timed out"
+    assert "Claude Code is working" not in _text(board.live(T0 + 70))
+
+
+def test_watch_all_puts_each_run_under_a_header() -> None:
+    a, b = Script("run-a"), Script("run-b")
+    board = MultiBoard()
+    out = _feed_all(
+        board,
+        [
+            a.call("claude:1", "Read", "Read a", 0),
+            b.call("claude:1", "Read", "Read b", 0.1),
+            a.done("claude:1", "Read", 0.2, 100),
+            b.done("claude:1", "Read", 0.3, 200),
+            b.result(0.4),
+        ],
+    )
+    lines = out.splitlines()
+    assert lines[0].startswith("run run-a ─")
+    assert lines[1] == "✓ Read a  0.1s"
+    assert lines[2].startswith("run run-b ─")
+    assert lines[3] == "✓ Read b  0.2s"
+    live = _text(board.live(T0 + 1))
+    assert "run run-a" in live
+    assert "run run-b" not in live  # finished runs leave the live view
+
+
+def test_real_transcripts_settle_every_card() -> None:
+    for transcript in sorted(REFERENCE.glob("*.jsonl")):
+        out = io.BytesIO()
+        with transcript.open("rb") as src:
+            translate_stream(src, out, cwd="/srv/workspaces/demo", run_id="golden")
+        frames = [decode_frame(line) for line in out.getvalue().splitlines()]
+        board = Board()
+        text = _feed_all(board, frames)
+        assert board.roots == [], transcript.name
+        assert board.result is not None
+        calls = sum(1 for f in frames if isinstance(f, ToolCall))
+        assert text.count("✓ ") + text.count("✗ ") == calls + 1, transcript.name

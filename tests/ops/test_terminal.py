@@ -1,0 +1,204 @@
+"""``codelegate run`` / ``watch`` against the stand-in daemon: what is drawn, what is sent."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from rich.console import Console
+
+from daemon import terminal
+from daemon.terminal import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, Renderer
+from translator.frames import Frame, encode_frame
+
+from .conftest import FakeDaemon
+from .frames import RUN, SESSION, Script, subagent_run
+
+
+def _console() -> Console:
+    return Console(record=True, width=100, color_system=None, file=io.StringIO())
+
+
+def _run_args(socket: str, **extra: Any) -> argparse.Namespace:
+    args = {"task": "fix it", "cwd": "/srv/ws", "mode": None, "resume": None, "model": None}
+    return argparse.Namespace(socket=socket, **{**args, **extra})
+
+
+def _accept() -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"run_id": RUN, "status": "running"}, status=202)
+
+    return handler
+
+
+def _stream(*batches: list[Frame], hold: asyncio.Event | None = None) -> Any:
+    """An events endpoint answering the n-th request with the n-th batch of frames."""
+    calls = iter(batches)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        batch = next(calls)
+        for frame in batch:
+            if hold is not None and frame.seq == batch[-1].seq and len(batch) > 1:
+                await hold.wait()  # the last frames wait for the test (e.g. for a cancel)
+            await response.write(encode_frame(frame) + b"\n")
+        await response.write_eof()
+        return response
+
+    return handler
+
+
+async def test_run_draws_the_cards_and_the_result(fake_daemon: FakeDaemon) -> None:
+    fake_daemon.post_run = _accept()
+    fake_daemon.events = _stream(subagent_run())
+    console = _console()
+
+    code = await terminal.run_async(
+        _run_args(fake_daemon.socket, mode="accept_edits", resume=SESSION),
+        Renderer(console, json_out=None, many=False),
+        interrupt=asyncio.Event(),
+    )
+
+    assert code == EXIT_OK
+    text = console.export_text()
+    assert f"run {RUN} · /srv/ws" in text
+    assert "  ✓ Read src/parser.py  0.6s" in text
+    assert "✓ completed" in text
+    assert f"session {SESSION}" in text
+    body = fake_daemon.requests[0][2]
+    assert body == {
+        "task": "fix it",
+        "cwd": "/srv/ws",
+        "mode": "accept_edits",
+        "resume": SESSION,
+        "wait": False,
+    }
+    assert fake_daemon.requests[1][1] == f"/v1/runs/{RUN}/events?after=0"
+
+
+async def test_json_prints_the_frames_as_ndjson(fake_daemon: FakeDaemon) -> None:
+    fake_daemon.post_run = _accept()
+    frames = subagent_run()
+    fake_daemon.events = _stream(frames)
+    out = io.BytesIO()
+
+    code = await terminal.run_async(
+        _run_args(fake_daemon.socket),
+        Renderer(_console(), json_out=out, many=False),
+        interrupt=asyncio.Event(),
+    )
+
+    assert code == EXIT_OK
+    assert out.getvalue() == b"".join(encode_frame(f) + b"\n" for f in frames)
+
+
+async def test_a_dropped_stream_is_resumed_after_the_last_seq(fake_daemon: FakeDaemon) -> None:
+    fake_daemon.post_run = _accept()
+    frames = subagent_run()
+    fake_daemon.events = _stream(frames[:4], frames[4:])
+    console = _console()
+
+    code = await terminal.run_async(
+        _run_args(fake_daemon.socket),
+        Renderer(console, json_out=None, many=False),
+        interrupt=asyncio.Event(),
+    )
+
+    assert code == EXIT_OK
+    paths = [path for method, path, _ in fake_daemon.requests if method == "GET"]
+    assert paths == [f"/v1/runs/{RUN}/events?after=0", f"/v1/runs/{RUN}/events?after=4"]
+    assert console.export_text().count("✓ Explore the parser") == 1
+
+
+async def test_ctrl_c_cancels_the_run_and_exits_130(fake_daemon: FakeDaemon) -> None:
+    s = Script()
+    fake_daemon.post_run = _accept()
+    fake_daemon.events = _stream(
+        [
+            s.call("claude:b", "Bash", "Run: sleep 100", 0),
+            s.done("claude:b", "Bash", 5, 5000, error="cancelled", error_type="cancelled"),
+            s.result(5.1, status="cancelled"),
+        ],
+        hold=fake_daemon.cancel_seen,
+    )
+    console = _console()
+    interrupt = asyncio.Event()
+
+    class FirstFrame(Renderer):
+        def line(self, raw: bytes, frame: Frame | None) -> None:
+            super().line(raw, frame)
+            interrupt.set()  # Ctrl-C as soon as the first card is up
+
+    code = await terminal.run_async(
+        _run_args(fake_daemon.socket),
+        FirstFrame(console, json_out=None, many=False),
+        interrupt=interrupt,
+    )
+
+    assert code == EXIT_INTERRUPTED
+    assert fake_daemon.cancelled == [RUN]
+    text = console.export_text()
+    assert "cancelling the run" in text
+    assert "✗ Run: sleep 100" in text
+
+
+async def test_refusal_is_reported(fake_daemon: FakeDaemon) -> None:
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        error = {"error": {"code": "mode_not_allowed", "message": "auto is not enabled"}}
+        return web.json_response(error, status=403)
+
+    fake_daemon.post_run = refuse
+    console = _console()
+    code = await terminal.run_async(
+        _run_args(fake_daemon.socket, mode="auto"),
+        Renderer(console, json_out=None, many=False),
+        interrupt=asyncio.Event(),
+    )
+    assert code == EXIT_REFUSED
+    assert "refused: mode_not_allowed: auto is not enabled" in console.export_text()
+
+
+async def test_watch_follows_one_run_to_its_end(fake_daemon: FakeDaemon) -> None:
+    fake_daemon.events = _stream(subagent_run())
+    console = _console()
+    code = await terminal.watch_async(
+        argparse.Namespace(socket=fake_daemon.socket, run=RUN, all=False),
+        Renderer(console, json_out=None, many=False),
+        interrupt=asyncio.Event(),
+    )
+    assert code == EXIT_OK
+    assert "✓ completed" in console.export_text()
+    assert fake_daemon.cancelled == []
+
+
+def test_unreachable_daemon_and_usage(short_dir: Path) -> None:
+    missing = str(short_dir / "missing.sock")
+    assert terminal.run_main(["hello", "--socket", missing]) == terminal.EXIT_UNREACHABLE
+    assert terminal.watch_main(["some-run", "--socket", missing]) == terminal.EXIT_UNREACHABLE
+    assert terminal.main([]) == EXIT_REFUSED
+
+
+async def test_watch_all_follows_every_run_over_the_websocket(fake_daemon: FakeDaemon) -> None:
+    a, b = Script("run-a"), Script("run-b")
+    fake_daemon.ws_frames = [
+        a.call("claude:1", "Read", "Read a", 0),
+        b.call("claude:1", "Read", "Read b", 0.1),
+        a.done("claude:1", "Read", 0.2, 100),
+        b.done("claude:1", "Read", 0.3, 200),
+    ]
+    console = _console()
+    code = await terminal.watch_async(
+        argparse.Namespace(socket=fake_daemon.socket, run=None, all=True),
+        Renderer(console, json_out=None, many=True),
+        interrupt=asyncio.Event(),
+    )
+    assert code == EXIT_OK
+    assert fake_daemon.ws_query == {"run": "*"}
+    text = console.export_text()
+    assert "run run-a" in text
+    assert "✓ Read b  0.2s" in text
