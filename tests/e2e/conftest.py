@@ -107,7 +107,15 @@ class E2E:
 
 
 @pytest.fixture
-async def e2e(claude_bin: str, tmp_path: Path, short_dir: Path) -> AsyncIterator[E2E]:
+def daemon_policy() -> dict[str, Any]:
+    """Extra ``[policy]`` settings; a test overrides it with ``parametrize("daemon_policy", …)``."""
+    return {}
+
+
+@pytest.fixture
+async def e2e(
+    claude_bin: str, tmp_path: Path, short_dir: Path, daemon_policy: dict[str, Any]
+) -> AsyncIterator[E2E]:
     """A started daemon (development defaults) against a fresh stub; script ``e2e.stub``."""
     root = tmp_path / "workspaces"
     workspace = root / "demo"
@@ -118,8 +126,8 @@ async def e2e(claude_bin: str, tmp_path: Path, short_dir: Path) -> AsyncIterator
     stub = Stub()
     async with serve_stub(stub):
         env = E2E(stub, workspace, home)
-        rules = ["Bash(python3:*)", "Bash(env:*)"]
-        await env.start(e2e_config(claude_bin, root, short_dir, allowed_tools=rules))
+        policy = {"allowed_tools": ["Bash(python3:*)", "Bash(env:*)"], **daemon_policy}
+        await env.start(e2e_config(claude_bin, root, short_dir, **policy))
         try:
             yield env
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import uuid
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
+from tests.e2e.conftest import BASE, E2E, frames_until, is_run_result, marked_processes
 from tests.stub.anthropic import Turn, error, text, tool
 from tests.stub.claude import API_KEY
 
@@ -268,3 +269,26 @@ async def test_two_subscribers_and_replay_after(e2e: E2E) -> None:
     frames = head + rest_first
     assert_cards_closed(frames)
     assert frames[0]["seq"] == 1
+
+
+async def test_a_waiting_caller_that_hangs_up_cancels_its_run(e2e: E2E) -> None:
+    e2e.stub.main.turns = [Turn(text("never sent").blocks, hold=asyncio.Event())]
+    async with e2e.client.ws_connect(f"{BASE}/v1/ws?run=*") as ws:
+        waiting = asyncio.ensure_future(e2e.post_run("Think forever.", wait=True))
+        await e2e.stub.wait_for_requests(1)
+        waiting.cancel()  # the caller goes away
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        frames = await frames_until(ws, is_run_result)
+    final = frames[-1]["result"]
+    assert final["status"] == "cancelled"
+    assert marked_processes(final["run_id"]) == []
+
+
+@pytest.mark.parametrize("daemon_policy", [{"run_timeout_s": 1.0}])
+async def test_a_run_over_its_time_limit_ends_timeout(e2e: E2E) -> None:
+    e2e.stub.main.turns = [Turn(text("never sent").blocks, hold=asyncio.Event())]
+    status, body = await e2e.post_run("Think forever.", wait=True)
+    assert status == 200
+    assert body["status"] == "timeout"
+    assert marked_processes(body["run_id"]) == []

@@ -1,0 +1,89 @@
+"""The thin ``claude_code`` tool (what a ConnectOnion agent calls) against the real CLI."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from daemon import tool as thin_tool
+from tests.e2e.conftest import E2E, frames_until, is_run_result
+from tests.stub.anthropic import text, tool
+
+pytestmark = pytest.mark.e2e
+
+O_CHAT_STATUSES = {"starting", "running", "awaiting_approval", "completed", "failed", "cancelled"}
+
+
+class FakeAgent:
+    """What the tool reads from a ConnectOnion agent: the active tool call of its session."""
+
+    def __init__(self, tool_call_id: str) -> None:
+        self.current_session = {"_active_tool_call_id": tool_call_id, "session_id": "agent-1"}
+
+
+async def call_tool(e2e: E2E, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> dict[str, Any]:
+    assert e2e.handle is not None
+    assert e2e.handle.socket_path is not None
+    monkeypatch.setenv(thin_tool.SOCKET_ENV, e2e.handle.socket_path)
+    return await asyncio.to_thread(thin_tool.claude_code, cwd=str(e2e.workspace), **kw)
+
+
+async def test_tool_call_nests_frames_under_the_parent_and_resumes(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    e2e.stub.main.turns = [
+        tool("Edit", file_path=e2e.path("hello.py"), old_string="world", new_string="there"),
+        text("Edited hello.py."),
+        text("It now says hello there."),
+    ]
+    result = await call_tool(
+        e2e,
+        monkeypatch,
+        task="Make hello.py say hello there.",
+        mode="accept_edits",
+        agent=FakeAgent("call_01"),
+    )
+    assert result["status"] == "completed"
+    assert result["result"] == "Edited hello.py."
+    assert result["files_changed"] == ["hello.py"]
+    assert (e2e.workspace / "hello.py").read_text() == 'print("hello there")\n'
+
+    async with e2e.ws(result["run_id"]) as ws:
+        frames = await frames_until(ws, is_run_result)
+    assert all(f["invocationId"] == "claude_code:call_01" for f in frames)
+    assert all(f["parentToolCallId"] == "call_01" for f in frames)
+    invocations = [f for f in frames if f["type"] == "provider_invocation"]
+    assert invocations
+    revisions = [f["stateRevision"] for f in invocations]
+    assert revisions == sorted(set(revisions))  # strictly increasing
+    assert {f["status"] for f in invocations} <= O_CHAT_STATUSES
+    assert invocations[-1]["status"] == "completed"
+    assert {f["permissionMode"] for f in invocations} == {"auto_approve"}
+    assert invocations[-1]["sessionId"] == result["session_id"]
+    activities = [f for f in frames if f["type"] == "provider_activity"]
+    assert [(a["kind"], a["status"]) for a in activities] == [
+        ("file_change", "running"),
+        ("file_change", "completed"),
+    ]
+    assert activities[-1]["title"] == "Update workspace files"
+    assert activities[-1]["summary"] == "Workspace files updated"
+    (edit_call,) = [f for f in frames if f["type"] == "tool_call"]
+    assert activities[0]["activityId"] == edit_call["tool_id"]
+
+    again = await call_tool(
+        e2e, monkeypatch, task="What does it say?", session_id=result["session_id"]
+    )
+    assert again["status"] == "completed"
+    assert again["resumed"] is True
+    assert again["session_id"] == result["session_id"]
+    assert "Make hello.py say hello there." in e2e.stub.requests_of("main")[-1].history_text()
+
+
+async def test_tool_reports_a_refusal_as_a_result(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = await call_tool(e2e, monkeypatch, task="Go.", session_id="no-such-id")
+    assert result["status"] == "refused"
+    assert e2e.stub.requests == []
