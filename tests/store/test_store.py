@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import store as store_module
+from daemon import store_db
 from daemon.store import RunRecord, RunStore, StoreError
 from tests.store.conftest import frame, record
 
@@ -257,5 +257,42 @@ async def test_the_database_is_in_wal_mode(store: RunStore) -> None:
 
 
 def test_record_fields_match_the_column_order() -> None:
-    columns = tuple(c.strip() for c in store_module._COLUMNS.split(","))
+    columns = tuple(c.strip() for c in store_db.COLUMNS.split(","))
     assert columns == RunRecord.__struct_fields__
+
+
+async def test_a_final_status_that_cannot_be_written_is_kept_and_retried(db_path: str) -> None:
+    errors: list[BaseException] = []
+    store = await RunStore.open(db_path, on_error=errors.append)
+    try:
+        await store.create_run(record("r1"))
+        store.append_frame("r1", 1, frame("r1", 1))
+        await store._call(lambda conn: conn.execute("PRAGMA query_only = 1"))
+
+        with pytest.raises(StoreError, match="final status of r1"):
+            await store.finish_run("r1", "completed", b'{"status":"completed"}', 0, 2000.0)
+
+        # Readers already see the outcome; the run is not "live" any more.
+        rec = await store.get_run("r1")
+        assert rec is not None
+        assert (rec.status, rec.exit_code, rec.last_seq) == ("completed", 0, 1)
+        assert [r.status for r in await store.list_runs(5)] == ["completed"]
+        assert await store.live_runs() == []
+        # Space comes back: the retry timer writes it without anyone asking.
+        await store._call(lambda conn: conn.execute("PRAGMA query_only = 0"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while store.unwritten:
+            assert loop.time() < deadline, "the retry never happened"
+            await asyncio.sleep(0.05)
+        assert errors
+    finally:
+        await store.close()
+    again = await RunStore.open(db_path)
+    try:
+        rec = await again.get_run("r1")
+        assert rec is not None
+        assert (rec.status, rec.result, rec.last_seq) == ("completed", b'{"status":"completed"}', 1)
+        assert await again.live_runs() == []
+    finally:
+        await again.close()

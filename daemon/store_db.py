@@ -1,0 +1,170 @@
+"""The run store's SQL: schema and the statements, run on the store's own thread only.
+
+Every function takes the connection first and is called through the store's single-thread
+executor (``daemon/store.py``); nothing here touches the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
+
+T = TypeVar("T")
+
+SCHEMA_VERSION: Final = 1
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    cwd TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    session_id TEXT,
+    resumed INTEGER NOT NULL DEFAULT 0,
+    parent_tool_call_id TEXT,
+    result BLOB,
+    exit_code INTEGER,
+    last_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at);
+CREATE INDEX IF NOT EXISTS runs_status ON runs (status);
+CREATE INDEX IF NOT EXISTS runs_session ON runs (session_id);
+CREATE TABLE IF NOT EXISTS frames (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    cwd TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    issued_at REAL NOT NULL
+);
+"""
+# The order of RunRecord's fields (checked by a test).
+COLUMNS: Final = (
+    "run_id, status, created_at, finished_at, cwd, mode, session_id, resumed,"
+    " parent_tool_call_id, last_seq, result, exit_code"
+)
+SELECT_RUNS: Final = f"SELECT {COLUMNS} FROM runs"  # noqa: S608 - constant columns
+
+Frame = tuple[str, int, bytes]  # (run_id, seq, encoded frame)
+Finish = tuple[str, bytes | None, int | None, float]  # (status, result, exit_code, finished_at)
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """Open the database in WAL mode and bring the schema up to date."""
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    # Made, used and closed on the store thread only; autocommit, transactions are explicit.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal" and path != ":memory:":
+            raise sqlite3.OperationalError(f"cannot switch to WAL (journal_mode={mode})")
+        # WAL + NORMAL: a power cut may lose the last batches, never corrupt the file.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.OperationalError(f"schema version {version} is newer than this daemon")
+        conn.executescript(SCHEMA)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def transaction(conn: sqlite3.Connection, fn: Callable[[], T]) -> T:
+    """Run ``fn`` in one write transaction, rolled back if it fails."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = fn()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return out
+
+
+def write_batch(conn: sqlite3.Connection, frames: list[Frame], finishes: dict[str, Finish]) -> None:
+    """Frames, then final statuses, in one transaction: a finish never lands before its frames."""
+    last: dict[str, int] = {}
+    for run_id, seq, _ in frames:
+        last[run_id] = max(seq, last.get(run_id, 0))
+
+    def write() -> None:
+        # OR IGNORE: a batch retried after an ambiguous failure must not fail on its own rows.
+        conn.executemany(
+            "INSERT OR IGNORE INTO frames (run_id, seq, data) VALUES (?, ?, ?)", frames
+        )
+        conn.executemany(
+            "UPDATE runs SET last_seq = MAX(last_seq, ?) WHERE run_id = ?",
+            [(seq, run_id) for run_id, seq in last.items()],
+        )
+        conn.executemany(
+            "UPDATE runs SET status = ?, result = ?, exit_code = ?, finished_at = ?"
+            " WHERE run_id = ?",
+            [(*finish, run_id) for run_id, finish in finishes.items()],
+        )
+
+    transaction(conn, write)
+
+
+def create_run(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
+    """Insert a run (values in COLUMNS order); a fresh session id is recorded as issued by it."""
+    run_id, created_at, cwd, session_id, resumed = row[0], row[2], row[4], row[6], row[7]
+
+    def write() -> None:
+        conn.execute(
+            f"INSERT INTO runs ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
+            tuple(row),
+        )
+        if session_id is not None and not resumed:
+            conn.execute(
+                "INSERT OR IGNORE INTO sessions (session_id, cwd, run_id, issued_at)"
+                " VALUES (?, ?, ?, ?)",
+                (session_id, cwd, run_id, created_at),
+            )
+
+    transaction(conn, write)
+
+
+def select(conn: sqlite3.Connection, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """All rows of a query."""
+    return conn.execute(sql, params).fetchall()
+
+
+def prune(conn: sqlite3.Connection, cutoff: float, max_runs: int) -> int:
+    """Delete finished runs finished before ``cutoff`` or beyond the newest ``max_runs``."""
+
+    def delete() -> int:
+        doomed = [
+            row[0]
+            for row in conn.execute(
+                "SELECT run_id FROM runs WHERE status != 'running' AND ("
+                " (finished_at IS NOT NULL AND finished_at < ?)"
+                " OR run_id NOT IN"
+                "  (SELECT run_id FROM runs WHERE status != 'running'"
+                "   ORDER BY created_at DESC, rowid DESC LIMIT ?))",
+                (cutoff, max_runs),
+            )
+        ]
+        params = [(run_id,) for run_id in doomed]
+        conn.executemany("DELETE FROM frames WHERE run_id = ?", params)
+        conn.executemany("DELETE FROM runs WHERE run_id = ?", params)
+        # A session stays resumable while any run of it is kept.
+        conn.execute(
+            "DELETE FROM sessions WHERE session_id NOT IN"
+            " (SELECT session_id FROM runs WHERE session_id IS NOT NULL)"
+        )
+        return len(doomed)
+
+    return transaction(conn, delete)
