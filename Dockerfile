@@ -36,15 +36,18 @@ FROM ${PYTHON_IMAGE}
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bash ca-certificates git tini \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --user-group --home-dir /var/lib/codelegate \
+    && groupadd --system --gid 10001 codelegate \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/codelegate \
         --shell /usr/sbin/nologin codelegate \
     && install -d -o codelegate -g codelegate -m 0750 \
         /var/lib/codelegate /run/codelegate /srv/codelegate/workspaces \
-    && install -d -o root -g codelegate -m 0750 /etc/codelegate
+    && install -d -o root -g root -m 0755 /etc/codelegate
 
 COPY --from=claude /opt/claude/claude /usr/local/bin/claude
 COPY --from=build /opt/codelegate/venv /opt/codelegate/venv
-COPY --chown=root:codelegate --chmod=0640 systemd/config.container.toml /etc/codelegate/config.toml
+# World-readable on purpose: it holds no secret, and `docker run --user "$(id -u):$(id -g)"`
+# (the simplest way to share a socket and workspace files with the host user) must read it.
+COPY --chmod=0644 systemd/config.container.toml /etc/codelegate/config.toml
 
 ENV PATH=/opt/codelegate/venv/bin:$PATH \
     HOME=/var/lib/codelegate \
