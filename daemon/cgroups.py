@@ -123,6 +123,15 @@ class RunCgroup:
             return None
         return cls(path)
 
+    @classmethod
+    def existing(cls, run_id: str, base: str | None = None) -> RunCgroup | None:
+        """The run's cgroup if it is still there (left by a daemon that died), else None."""
+        base = base or delegated_base()
+        if base is None or not _RUN_ID.match(run_id):
+            return None
+        path = os.path.join(base, _PREFIX + run_id)
+        return cls(path) if os.path.isdir(path) else None
+
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` started so that it joins this cgroup before it runs."""
         return ["/bin/sh", "-c", _JOIN_AND_EXEC, "sh", self._file("cgroup.procs"), *argv]

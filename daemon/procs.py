@@ -171,6 +171,19 @@ async def kill_run(
         await asyncio.sleep(poll)  # let the kernel finish tearing the killed processes down
 
 
+async def kill_leftovers(run_id: str, *, limit_s: float = 5.0) -> tuple[int, list[int]]:
+    """Kill what a run left behind when the daemon supervising it died (start-up recovery).
+
+    The marker finds its orphans whoever their parent is now, and the run's cgroup, if one was
+    made and is still there, is killed and removed. Same result as :func:`kill_run`.
+    """
+    group = RunCgroup.existing(run_id)
+    killed, left = await kill_run(run_id, cgroup=group, limit_s=limit_s)
+    if group is not None:
+        group.remove()
+    return killed, left
+
+
 def register_child(pid: int) -> None:
     """Tell the reaper that asyncio waits for ``pid`` (a direct child we spawned)."""
     _direct_children.add(pid)

@@ -250,3 +250,24 @@ def test_marker_match_is_exact() -> None:
     assert procs._carries(b"PATH=/bin\0CODELEGATE_RUN_ID=a1\0", entry)
     assert not procs._carries(b"CODELEGATE_RUN_ID=a10\0", entry)
     assert not procs._carries(b"XCODELEGATE_RUN_ID=a1\0", entry)
+
+
+@pytest.mark.usefixtures("subreaper")
+async def test_leftovers_of_a_run_whose_supervisor_died_are_killed(
+    spawn_fake: Spawn, tmp_path: Path
+) -> None:
+    # As after a daemon crash: nobody holds the ChildProcess any more, only the run id is known.
+    pidfile = tmp_path / "grandchild.pid"
+    child = await spawn_fake(f"grandchild pidfile={pidfile} then=hang")
+    await until(pidfile.exists)
+    cgroup_path = child.cgroup.path if child.cgroup is not None else None
+
+    killed, left = await procs.kill_leftovers(child.run_id)
+
+    assert killed == 2  # the CLI and its escaped grandchild
+    assert left == []
+    assert procs.marked_pids(child.run_id) == []
+    assert await child.wait() == ExitStatus(None, signal.SIGKILL)
+    if cgroup_path is not None:
+        assert not os.path.exists(cgroup_path)  # noqa: ASYNC240 - one stat
+        child.cgroup = None  # removed by kill_leftovers
