@@ -273,3 +273,45 @@ async def test_health(fake_daemon: FakeDaemon, short_dir: Path) -> None:
 async def test_cancel_run(fake_daemon: FakeDaemon) -> None:
     assert await asyncio.to_thread(tool.cancel_run, RUN_ID, fake_daemon.socket)
     assert fake_daemon.cancelled == [RUN_ID]
+
+
+async def test_stop_aimed_at_this_invocation_cancels_it(
+    fake_daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ConnectOnion's Work Room Stop names the invocation; the tool polls the agent's IO."""
+    monkeypatch.setenv("CODELEGATE_SOCKET", fake_daemon.socket)
+    headers_sent = threading.Event()
+    fake_daemon.post_run = _held_run(fake_daemon, announce=True, headers_sent=headers_sent)
+    asked: list[str] = []
+
+    class IO:
+        def is_cancelled(self) -> bool:
+            return False
+
+        def is_provider_cancelled(self, invocation: str) -> bool:
+            asked.append(invocation)
+            return headers_sent.is_set()
+
+    class Agent:
+        def __init__(self) -> None:
+            self.current_session = {"_active_tool_call_id": "call_7", "session_id": "chat-1"}
+            self.io = IO()
+
+    result = await asyncio.to_thread(claude_code, "x", agent=Agent())
+
+    assert result["status"] == "cancelled"
+    assert fake_daemon.cancelled == [RUN_ID]
+    assert set(asked) == {"claude_code:call_7"}
+    body = fake_daemon.requests[0][2]
+    assert body["parent"] == {"tool_call_id": "call_7", "session_id": "chat-1"}
+
+
+def test_no_parent_without_an_active_tool_call() -> None:
+    class Idle:
+        def __init__(self) -> None:
+            self.current_session = {"session_id": "chat-1"}
+            self.io = None
+
+    assert tool._parent_of(Idle()) is None
+    assert tool._parent_of(None) is None
+    assert tool._cancellation_check(Idle()) is None
