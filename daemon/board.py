@@ -69,7 +69,8 @@ def _one_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _spinner_frame(now: float) -> str:
+def spinner_frame(now: float) -> str:
+    """The spinner glyph shown at ``now``."""
     # Chosen from the clock rather than a Spinner's own start time, so that two renders at the
     # same `now` look the same.
     frames = _SPINNER.frames
@@ -192,7 +193,7 @@ class Board:
             since = now - self.started if self.started is not None else 0.0
             lines.append(
                 Text.assemble(
-                    (f"{_spinner_frame(now)} ", "cyan"),
+                    (f"{spinner_frame(now)} ", "cyan"),
                     ("Claude Code is working", "dim"),
                     (f"  {_duration(max(since, 0.0))}", "dim"),
                 )
@@ -210,7 +211,7 @@ class Board:
     def _line(self, card: Card, now: float | None, depth: int) -> Text:
         indent = "  " * depth
         if card.status == "open":
-            icon, style = (_spinner_frame(now), "cyan") if now is not None else ("…", "yellow")
+            icon, style = (spinner_frame(now), "cyan") if now is not None else ("…", "yellow")
             seconds = max(card.elapsed_ms / 1000, (now or card.opened) - card.opened)
         else:
             icon, style = ("✓", "green") if card.status == "completed" else ("✗", "red")
