@@ -313,6 +313,9 @@ def _main(command: str, argv: list[str]) -> int:
             markup=False,
         )
         return EXIT_UNREACHABLE
+    except aiohttp.ClientError as exc:  # e.g. the WebSocket handshake was refused
+        console.print(f"codelegate {command}: {exc}", style="red", markup=False)
+        return EXIT_RUN_FAILED
 
 
 def run_main(argv: list[str]) -> int:
