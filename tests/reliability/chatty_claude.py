@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """A fast, talkative stand-in for the Claude CLI, for load tests (stdlib only).
 
-The prompt's first line is ``chatty n=<tool pairs> pad=<bytes of tool output>``. It prints an
-init line, ``n`` tool_use/tool_result pairs whose results carry ``pad`` bytes (so that frames are
-big enough to fill a slow client's socket buffers), a text and a result; exit 0.
+The prompt's first line is ``chatty n=<tool pairs> pad=<bytes of tool output> [gate=<path>]``.
+It prints an init line, waits (bounded) until the file ``gate`` exists when one is given, then
+``n`` tool_use/tool_result pairs whose results carry ``pad`` bytes (so that frames are big enough
+to fill a slow client's socket buffers), a text and a result; exit 0.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 import uuid
 from typing import Any
 
 
 def main() -> int:
+    if "--version" in sys.argv:
+        print("2.1.332 (Claude Code)")
+        return 0
     prompt = sys.stdin.read()
     words = prompt.split("\n", 1)[0].split()
     params = dict(w.split("=", 1) for w in words[1:] if "=" in w)
@@ -28,6 +34,11 @@ def main() -> int:
 
     base: dict[str, Any] = {"parent_tool_use_id": None, "session_id": session}
     emit({"type": "system", "subtype": "init", "session_id": session, "cwd": ".", "tools": []})
+    out.flush()
+    gate = params.get("gate")
+    deadline = time.monotonic() + 60
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.005)
     body = ("x" * 63 + "\n") * (pad // 64)
     for i in range(n):
         tid = f"toolu_chatty{i:06d}"
