@@ -354,3 +354,13 @@ async def test_safe_mode_ignores_claude_md_and_state_goes_to_home(cli: CliSandbo
     assert all("MARKER-7731" not in json.dumps(r.body) for r in stub.requests)
     assert (cli.home / ".claude").is_dir()
     assert session_files(cli.home, run.session_id)
+
+
+async def test_bare_sleep_is_refused_by_the_cli_itself(cli: CliSandbox) -> None:
+    run = await cli.script([tool("Bash", command="sleep 120", description="Wait"), text("ok")])
+    assert run.exit_code == 0
+    assert not run.of_type("system", "permission_denied")  # not a permission decision
+    ((line, block),) = run.blocks("tool_result")
+    assert block["is_error"] is True
+    assert "<tool_use_error>Blocked: standalone sleep" in result_text(block)
+    assert isinstance(line["tool_use_result"], str)  # not the usual structured object
