@@ -81,10 +81,16 @@ async def test_live_read_edit_bash_cards_then_result_and_resume(e2e: E2E) -> Non
     ]
     assert all(f["tool_id"].startswith("claude:toolu_") for f in calls)
     assert all(f["status"] == "in_progress" and f.get("parent_tool_id") is None for f in calls)
+    assert [f["summary"] for f in calls] == ["Read hello.py", "Edit hello.py", "Run: cat hello.py"]
     results = [f for f in frames if f["type"] == "tool_result"]
     assert [f["status"] for f in results] == ["completed"] * 3
+    assert '+print("hello there")' in results[1]["diff"]
     assert "hello there" in results[-1]["result"]
+    texts = [f["text"] for f in frames if f["type"] == "provider_message"]
+    assert texts == ["Reading hello.py.", "Changed the greeting."]
+    assert all(f["id"] == f"{run_id}:{f['seq']}" for f in frames)
     final_result = frames[-1]["result"]
+    assert {f.get("child_session_id") for f in frames} == {final_result["session_id"]}
     assert final_result["status"] == "completed"
     assert final_result["result"] == "Changed the greeting."
     assert final_result["exit_code"] == 0
@@ -292,3 +298,18 @@ async def test_a_run_over_its_time_limit_ends_timeout(e2e: E2E) -> None:
     assert status == 200
     assert body["status"] == "timeout"
     assert marked_processes(body["run_id"]) == []
+
+
+@pytest.mark.parametrize("daemon_policy", [{"max_concurrent_runs": 1}])
+async def test_runs_over_the_concurrency_limit_are_refused(e2e: E2E) -> None:
+    e2e.stub.main.turns = [Turn(text("never sent").blocks, hold=asyncio.Event())]
+    status, started = await e2e.post_run("Think forever.")
+    assert status == 202
+    status, body = await e2e.post_run("Me too.")
+    assert status == 429
+    assert set(body) == {"error"}
+    status, _ = await e2e.post(f"/v1/runs/{started['run_id']}/cancel")
+    assert status == 202
+    async with e2e.ws(started["run_id"]) as ws:
+        frames = await frames_until(ws, is_run_result)
+    assert frames[-1]["result"]["status"] == "cancelled"
