@@ -220,7 +220,7 @@ def reap_orphans() -> int:
     me = os.getpid()
     my_session = os.getsid(0)
     reaped = 0
-    for pid in _pids():
+    for pid in _children():
         if pid in _direct_children:
             continue
         fields = _stat_fields(pid)
@@ -239,6 +239,22 @@ def reap_orphans() -> int:
                 reaped += 1
         _seen_marked.discard(pid)
     return reaped
+
+
+def _children() -> list[int]:
+    """Our child processes; cheap where the kernel lists them per thread, else a /proc scan."""
+    found: set[int] = set()
+    try:
+        with os.scandir(f"{_PROC}/self/task") as tasks:
+            for task in tasks:
+                # Orphans are re-parented to some thread of the subreaper: ask every thread.
+                with open(f"{task.path}/children", "rb") as fh:
+                    found.update(int(pid) for pid in fh.read().split())
+    except FileNotFoundError:  # no CONFIG_PROC_CHILDREN; ppid is checked by the caller
+        return list(_pids())
+    except OSError:
+        pass  # a thread that ended while we looked: what we have is good for this round
+    return sorted(found)
 
 
 def _has_any_marker(pid: int) -> bool:
