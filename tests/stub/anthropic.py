@@ -199,6 +199,7 @@ class Stub:
         self._msg_ids = itertools.count(1)
         self._arrived = asyncio.Condition()
         self.signals: set[str] = set()
+        self._held: list[asyncio.Event] = []
 
     def subagent(self, marker: str, turns: Iterable[Turn], fallback: str = "Done.") -> Script:
         """Answer requests whose first user message contains ``marker`` from ``turns``."""
@@ -352,6 +353,7 @@ class Stub:
         await _send(response, "message_start", {"type": "message_start", "message": start})
         await _send(response, "ping", {"type": "ping"})
         if turn.hold is not None:
+            self._held.append(turn.hold)
             await turn.hold.wait()
         for index, block in enumerate(content):
             for event in _block_events(index, block):
@@ -422,6 +424,9 @@ async def serve_stub(stub: Stub) -> AsyncIterator[Stub]:
     try:
         yield stub
     finally:
+        # Let held answers finish, so that shutting down does not wait for them to time out.
+        for event in stub._held:
+            event.set()
         for script in [stub.main, *stub.subscripts]:
             for turn in script.turns:
                 if turn.hold is not None:
