@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -14,6 +15,70 @@ from tests.stub.anthropic import text, tool
 pytestmark = pytest.mark.e2e
 
 O_CHAT_STATUSES = {"starting", "running", "awaiting_approval", "completed", "failed", "cancelled"}
+O_CHAT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,512}$")
+# DESIGN.md, "What O Chat accepts": the only texts its Work Room shows.
+ACTIVITY_TEXTS = {
+    "file_change": (
+        "Update workspace files",
+        {
+            "Preparing workspace file changes",
+            "Workspace files updated",
+            "Workspace file change failed",
+        },
+    ),
+    "inspect": (
+        "Inspect the workspace",
+        {
+            "Inspecting workspace context",
+            "Workspace inspection completed",
+            "Workspace inspection failed",
+        },
+    ),
+    "search": (
+        "Search for context",
+        {"Searching for relevant context", "Context search completed", "Context search failed"},
+    ),
+    "command": (
+        "Run a workspace command",
+        {
+            "Running a workspace command",
+            "Completed a workspace command",
+            "A workspace command failed",
+        },
+    ),
+    "tool": (
+        "Use a provider tool",
+        {"Using a provider tool", "Provider tool completed", "Provider tool failed"},
+    ),
+}
+INVOCATION_TEXTS = {
+    "taskTitle": {"Complete the requested task"},
+    "currentSummary": {"Working in the selected workspace"},
+    "resultSummary": {"The provider completed its run"},
+    "errorSummary": {"The provider reported an error", "The provider stopped"},
+}
+
+
+def assert_o_chat_accepts(frames: list[dict[str, Any]]) -> None:
+    """The rules of O Chat's fail-closed normalizer, which silently drops what breaks them."""
+    for frame in frames:
+        assert O_CHAT_ID.match(frame["invocationId"])
+        assert O_CHAT_ID.match(frame["parentToolCallId"])
+        if frame["type"] in ("tool_call", "tool_result"):
+            assert O_CHAT_ID.match(frame["tool_id"])
+            assert len(frame.get("summary", "")) <= 240
+        if frame["type"] == "tool_result":
+            assert isinstance(frame["result"], str)
+        if frame["type"] == "provider_invocation":
+            assert frame["provider"] == "claude_code"
+            assert frame["status"] in O_CHAT_STATUSES
+            assert frame["permissionMode"] in ("manual", "auto_approve")
+            for key, allowed in INVOCATION_TEXTS.items():
+                assert frame.get(key) is None or frame[key] in allowed, key
+        if frame["type"] == "provider_activity":
+            title, summaries = ACTIVITY_TEXTS[frame["kind"]]
+            assert frame["title"] == title
+            assert frame["summary"] in summaries
 
 
 class FakeAgent:
@@ -34,7 +99,9 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
     e2e: E2E, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     e2e.stub.main.turns = [
+        tool("Read", file_path=e2e.path("hello.py")),
         tool("Edit", file_path=e2e.path("hello.py"), old_string="world", new_string="there"),
+        tool("Bash", command="touch ../outside.txt", description="Write outside"),  # denied
         text("Edited hello.py."),
         text("It now says hello there."),
     ]
@@ -52,6 +119,7 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
 
     async with e2e.ws(result["run_id"]) as ws:
         frames = await frames_until(ws, is_run_result)
+    assert_o_chat_accepts(frames)
     assert all(f["invocationId"] == "claude_code:call_01" for f in frames)
     assert all(f["parentToolCallId"] == "call_01" for f in frames)
     invocations = [f for f in frames if f["type"] == "provider_invocation"]
@@ -64,13 +132,16 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
     assert invocations[-1]["sessionId"] == result["session_id"]
     activities = [f for f in frames if f["type"] == "provider_activity"]
     assert [(a["kind"], a["status"]) for a in activities] == [
+        ("inspect", "running"),
+        ("inspect", "completed"),
         ("file_change", "running"),
         ("file_change", "completed"),
+        ("command", "running"),
+        ("command", "failed"),
     ]
-    assert activities[-1]["title"] == "Update workspace files"
-    assert activities[-1]["summary"] == "Workspace files updated"
-    (edit_call,) = [f for f in frames if f["type"] == "tool_call"]
-    assert activities[0]["activityId"] == edit_call["tool_id"]
+    calls = [f for f in frames if f["type"] == "tool_call"]
+    assert [a["activityId"] for a in activities[::2]] == [f["tool_id"] for f in calls]
+    assert [d["name"] for d in result["permission_denials"]] == ["Bash"]
 
     again = await call_tool(
         e2e, monkeypatch, task="What does it say?", session_id=result["session_id"]
