@@ -313,3 +313,22 @@ async def test_runs_over_the_concurrency_limit_are_refused(e2e: E2E) -> None:
     async with e2e.ws(started["run_id"]) as ws:
         frames = await frames_until(ws, is_run_result)
     assert frames[-1]["result"]["status"] == "cancelled"
+
+
+async def test_ndjson_events_match_the_websocket_and_runs_are_listed(e2e: E2E) -> None:
+    e2e.stub.main.turns = [tool("Read", file_path=e2e.path("hello.py")), text("One."), text("Two.")]
+    _, first = await e2e.post_run("First.", wait=True)
+    _, second = await e2e.post_run("Second.", wait=True)
+    async with e2e.client.get(f"{BASE}/v1/runs/{first['run_id']}/events") as resp:
+        assert resp.status == 200
+        assert resp.content_type == "application/x-ndjson"
+        ndjson = [json.loads(line) for line in (await resp.read()).splitlines()]
+    async with e2e.ws(first["run_id"]) as ws:
+        frames = await frames_until(ws, is_run_result)
+    assert ndjson == frames
+    async with e2e.client.get(f"{BASE}/v1/runs/{first['run_id']}/events?after=2") as resp:
+        tail = [json.loads(line) for line in (await resp.read()).splitlines()]
+    assert tail == frames[2:]
+    status, listing = await e2e.get("/v1/runs?limit=10")
+    assert status == 200
+    assert [r["run_id"] for r in listing["runs"]] == [second["run_id"], first["run_id"]]
