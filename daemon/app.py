@@ -11,24 +11,28 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 import structlog
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 import daemon
 from daemon.access import check_access
-from daemon.hub import CLOSE_GOING_AWAY, Delivery, Hub, Subscriber
+from daemon.hub import CLOSE_GOING_AWAY, Hub
 from daemon.metrics import Metrics
-from daemon.runs import Refused, RunManager
-from daemon.store import RunStore
+from daemon.record import Refused
+from daemon.runs import RunManager
+from daemon.state import CONFIG, HUB, METRICS, STATE, DaemonState, int_query, manager_of
+from daemon.store import RunStore, StoreError
+from daemon.streams import run_events, websocket
 from daemon.supervisor import reap_orphans_forever
 from daemon.tasks import spawn
 from policy.config import Config
 from policy.errors import PolicyError
 from policy.request import decode_run_request
+
+__all__ = ["CONFIG", "HUB", "METRICS", "STATE", "DaemonState", "create_app", "manager_of"]
 
 _log = structlog.get_logger("codelegate.app")
 
@@ -36,27 +40,8 @@ _log = structlog.get_logger("codelegate.app")
 # answers an oversized task with its precise 413.
 _BODY_OVERHEAD: Final = 128 * 1024
 _BODY_FACTOR: Final = 6
-_WS_MAX_MESSAGE: Final = 64 * 1024
 _LIST_LIMIT_MAX: Final = 1000
-
-
-@dataclass
-class DaemonState:
-    """Mutable state the app shares across handlers (the app itself is frozen once started)."""
-
-    environ: Mapping[str, str]
-    tcp_token: bytes | None = None
-    stopping: bool = False
-    cli_version: str | None = None
-    manager: RunManager | None = None
-    store: RunStore | None = None
-    websockets: set[web.WebSocketResponse] = field(default_factory=set)
-
-
-CONFIG: Final = web.AppKey("config", Config)
-HUB: Final = web.AppKey("hub", Hub)
-METRICS: Final = web.AppKey("metrics", Metrics)
-STATE: Final = web.AppKey("state", DaemonState)
+PRUNE_INTERVAL_S: Final = 3600.0
 
 
 def create_app(
@@ -99,14 +84,6 @@ def create_app(
     return app
 
 
-def manager_of(app: web.Application) -> RunManager:
-    """The app's run manager (available while the app runs)."""
-    manager = app[STATE].manager
-    if manager is None:
-        raise web.HTTPServiceUnavailable(reason="the daemon is starting")
-    return manager
-
-
 # -- lifecycle ---------------------------------------------------------------------------------
 
 
@@ -118,8 +95,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         os.makedirs(store_dir, exist_ok=True)
     store = await RunStore.open(config.store.path)
     reaper = spawn(reap_orphans_forever(), name="orphan-reaper")
+    pruner = spawn(_prune_forever(store, config), name="store-pruner")
     try:
-        await store.prune(config.store.retention_days, config.store.max_runs)
         manager = RunManager(config, store, app[HUB], app[METRICS], environ=state.environ)
         interrupted = await manager.recover()
         if interrupted:
@@ -130,11 +107,25 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.stopping = True
         await manager.drain(0)
     finally:
-        reaper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reaper
+        for task in (reaper, pruner):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await store.flush()
         await store.close()
+
+
+async def _prune_forever(store: RunStore, config: Config) -> None:
+    """Apply the retention policy at start-up and then hourly."""
+    while True:
+        try:
+            pruned = await store.prune(config.store.retention_days, config.store.max_runs)
+        except StoreError as exc:
+            _log.error("store_prune_failed", error=str(exc))
+        else:
+            if pruned:
+                _log.info("store_pruned", runs=pruned)
+        await asyncio.sleep(PRUNE_INTERVAL_S)
 
 
 async def _cli_version(path: str, environ: Mapping[str, str]) -> str | None:
@@ -231,19 +222,6 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     )
 
 
-def _int_query(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise PolicyError(400, "bad_request", f"{name} must be an integer") from None
-    if not lo <= value <= hi:
-        raise PolicyError(400, "bad_request", f"{name} must be between {lo} and {hi}")
-    return value
-
-
 async def post_run(request: web.Request) -> web.Response:
     """``POST /v1/runs``: start a run; 202 at once, or 200 with the result when ``wait``."""
     state = request.app[STATE]
@@ -274,7 +252,7 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /v1/runs?limit=``: recent runs, newest first."""
-    limit = _int_query(request, "limit", 50, 1, _LIST_LIMIT_MAX)
+    limit = int_query(request, "limit", 50, 1, _LIST_LIMIT_MAX)
     return _json({"runs": await manager_of(request.app).recent(limit)})
 
 
@@ -291,135 +269,6 @@ async def cancel_run(request: web.Request) -> web.Response:
     if state is None:
         raise PolicyError(404, "run_not_found", "no run with that id")
     raise PolicyError(409, "run_finished", f"the run already ended: {state['status']}")
-
-
-async def run_events(request: web.Request) -> web.StreamResponse:
-    """``GET /v1/runs/{id}/events?after=``: NDJSON replay, then live, ending after run_result."""
-    manager = manager_of(request.app)
-    config = request.app[CONFIG]
-    run_id = request.match_info["run_id"]
-    after = _int_query(request, "after", 0, 0, 2**53)
-    sub = Subscriber(max_queue=config.limits.subscriber_queue, name=f"ndjson:{run_id}")
-    hub = request.app[HUB]
-    hub.attach(sub)
-    try:
-        kind = await manager.subscribe(sub, run_id, after)
-        if kind == "unknown":
-            raise PolicyError(404, "run_not_found", "no run with that id")
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionResetError):
-            await _stream_ndjson(response, sub, finished=kind == "finished")
-            await response.write_eof()
-        return response
-    finally:
-        hub.detach(sub)
-
-
-async def _stream_ndjson(response: web.StreamResponse, sub: Subscriber, *, finished: bool) -> None:
-    if finished:  # the whole replay is queued already and nothing live will follow
-        items = sub.take()
-        await response.write(b"".join(i.data + b"\n" for i in items if isinstance(i, Delivery)))
-        return
-    while items := await sub.get():
-        frames = [item for item in items if isinstance(item, Delivery)]
-        await response.write(b"".join(d.data + b"\n" for d in frames))
-        if finished or any(d.last for d in frames):
-            return
-    # Closed: lagging or shutting down. The stream just ends; the client resumes with after=.
-
-
-class _Subscribe(msgspec.Struct, tag="subscribe", forbid_unknown_fields=True):
-    run: str
-    after: int = 0
-
-
-class _Unsubscribe(msgspec.Struct, tag="unsubscribe", forbid_unknown_fields=True):
-    run: str
-
-
-_control_decoder: Final = msgspec.json.Decoder(_Subscribe | _Unsubscribe)
-
-
-def _control_error(code: str, message: str) -> bytes:
-    return msgspec.json.encode({"type": "error", "error": {"code": code, "message": message}})
-
-
-async def websocket(request: web.Request) -> web.StreamResponse:
-    """``GET /v1/ws?run=<id|*>&after=``: frames over WebSocket; subscribe/unsubscribe messages."""
-    manager = manager_of(request.app)
-    hub, state = request.app[HUB], request.app[STATE]
-    config = request.app[CONFIG]
-    if state.stopping:
-        raise PolicyError(503, "shutting_down", "the daemon is shutting down")
-    after = _int_query(request, "after", 0, 0, 2**53)
-    sub = Subscriber(max_queue=config.limits.subscriber_queue, name="ws")
-    hub.attach(sub)
-    try:
-        # Subscribe before the handshake answers: a client that connects and then starts a run
-        # cannot miss its first frames, and an unknown run is still a plain 404.
-        run_id = request.query.get("run")
-        if run_id == "*":
-            manager.follow_all(sub, after)
-        elif run_id and await manager.subscribe(sub, run_id, after) == "unknown":
-            raise PolicyError(404, "run_not_found", "no run with that id")
-        ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=_WS_MAX_MESSAGE)
-        await ws.prepare(request)
-    except BaseException:
-        hub.detach(sub)
-        raise
-    request.app[METRICS].ws_connections += 1
-    state.websockets.add(ws)
-    writer = spawn(_ws_writer(ws, sub), name="ws-writer")
-    try:
-        async for msg in ws:
-            if msg.type == WSMsgType.TEXT:
-                await _ws_control(manager, hub, sub, msg.data)
-            elif msg.type == WSMsgType.BINARY:
-                sub.control(_control_error("bad_message", "send JSON text messages"))
-    finally:
-        hub.detach(sub)
-        state.websockets.discard(ws)
-        if not sub.closed:
-            sub.close(1000, "")
-        with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
-            await asyncio.wait_for(writer, 5.0)
-    return ws
-
-
-async def _ws_control(manager: RunManager, hub: Hub, sub: Subscriber, data: str) -> None:
-    try:
-        message = _control_decoder.decode(data)
-    except msgspec.DecodeError as exc:
-        sub.control(_control_error("bad_message", str(exc)[:200]))
-        return
-    if isinstance(message, _Unsubscribe):
-        hub.unsubscribe(sub, message.run)
-        return
-    if message.after < 0:
-        sub.control(_control_error("bad_message", "after must be >= 0"))
-        return
-    if message.run == "*":
-        hub.unsubscribe(sub, "*")
-        manager.follow_all(sub, message.after)
-    else:
-        hub.unsubscribe(sub, message.run)
-        if await manager.subscribe(sub, message.run, message.after) == "unknown":
-            sub.control(_control_error("run_not_found", "no run with that id"))
-            return
-    sub.control(msgspec.json.encode({"type": "subscribed", "run": message.run}))
-
-
-async def _ws_writer(ws: web.WebSocketResponse, sub: Subscriber) -> None:
-    """This client's own writer: a slow client only ever waits here, never in the run."""
-    try:
-        while items := await sub.get():
-            for item in items:
-                await ws.send_frame(item if isinstance(item, bytes) else item.data, WSMsgType.TEXT)
-    except ConnectionResetError:
-        return
-    if sub.close_code and sub.close_code != 1000 and not ws.closed:
-        await ws.close(code=sub.close_code, message=sub.close_reason.encode())
 
 
 async def healthz(request: web.Request) -> web.Response:

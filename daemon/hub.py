@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
 
 CLOSE_LAGGING: Final = 4008
@@ -51,11 +51,14 @@ class Subscriber:
         self.closed = False
         self.close_code: int | None = None
         self.close_reason = ""
-        # The last seq handed to the writer, per run: what a lagging client resumes after.
+        # The last seq the writer sent, per run: what a lagging client resumes after.
         self.last_seq: dict[str, int] = {}
         # Per run: live frames at or below this seq were asked not to be sent (``after``).
         self.floor: dict[str, int] = {}
         self.floor_all = 0
+        # Called once when the subscriber is closed: the connection's owner ends the
+        # connection from there, since its writer may be blocked on a client that stopped reading.
+        self.on_close: Callable[[], None] | None = None
         self._queue: deque[Delivery | bytes] = deque()
         self._live = 0  # live frames queued (replay and control messages do not count)
         self._wake = asyncio.Event()
@@ -99,6 +102,8 @@ class Subscriber:
         self._queue.clear()
         self._live = 0
         self._wake.set()
+        if self.on_close is not None:
+            self.on_close()
 
     async def get(self) -> list[Delivery | bytes]:
         """Everything queued so far, waiting while empty; ``[]`` once closed."""
@@ -114,13 +119,18 @@ class Subscriber:
         items = list(self._queue)
         self._queue.clear()
         self._live = 0
-        for item in items:
-            if isinstance(item, Delivery):
-                self.last_seq[item.run_id] = item.seq
         return items
 
+    def sent(self, delivery: Delivery) -> None:
+        """The writer delivered ``delivery``: a lagging close names the last one sent."""
+        self.last_seq[delivery.run_id] = delivery.seq
+
     def lag_reason(self) -> str:
-        """The close reason for a lagging subscriber: where to resume (fits 123 bytes)."""
+        """The close reason for a lagging subscriber: where to resume (fits 123 bytes).
+
+        The seq is a safe lower bound (a frame may still be in flight to the client): a client
+        resumes after the last seq it actually received.
+        """
         if len(self.last_seq) == 1:
             ((_, seq),) = self.last_seq.items()
             return f"lagging, reconnect with after={seq}"

@@ -19,7 +19,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import msgspec
@@ -27,13 +26,14 @@ import structlog
 
 from daemon.hub import Delivery, Hub, Subscriber
 from daemon.metrics import Metrics
-from daemon.store import RunRecord, RunStore
+from daemon.record import Refused, Run, Stopping, record_state, translator_limits
+from daemon.recovery import recover_runs
+from daemon.store import RunRecord, RunStore, StoreError
 from daemon.supervisor import ChildProcess, ExitStatus, SpawnError
 from daemon.tasks import spawn
 from policy.config import Config
 from policy.launch import (
     RUN_MARKER_VAR,
-    LaunchPlan,
     check_resume,
     parse_session_id,
     plan_launch,
@@ -41,13 +41,11 @@ from policy.launch import (
     resolve_workspace,
 )
 from policy.request import RunRequest
-from translator import Limits, Outcome, RunContext, Translator
+from translator import Outcome, RunContext, Translator
 from translator.frames import (
     Diagnostic,
-    FinalResult,
     Frame,
     RunResult,
-    decode_frame,
     encode_frame,
 )
 
@@ -57,89 +55,6 @@ _log = structlog.get_logger("codelegate.runs")
 RECENT_RUNS: Final = 64
 # After the CLI exited and stragglers were reaped, how long stdout may take to reach EOF.
 DRAIN_S: Final = 5.0
-
-Stopping = Literal["cancelled", "timeout"]
-
-
-class Refused(Exception):
-    """Refused by the daemon's own state (capacity, busy session); shaped like PolicyError."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-@dataclass(eq=False)
-class Run:
-    """A run the daemon holds in memory: live, or recently finished."""
-
-    run_id: str
-    cwd: str
-    mode: str
-    session_id: str
-    resumed: bool
-    parent_tool_call_id: str | None
-    created_at: float
-    translator: Translator
-    plan: LaunchPlan
-    log: list[Delivery] = field(default_factory=list)
-    status: str = "running"
-    result: FinalResult | None = None
-    finished_at: float | None = None
-    exit_code: int | None = None
-    stopping: Stopping | None = None
-    child: ChildProcess | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def last_seq(self) -> int:
-        """The seq of the last frame published."""
-        return self.log[-1].seq if self.log else 0
-
-    def state(self) -> dict[str, Any]:
-        """The JSON body of ``GET /v1/runs/{id}``."""
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-            "cwd": self.cwd,
-            "mode": self.mode,
-            "session_id": self.session_id,
-            "resumed": self.resumed,
-            "parent_tool_call_id": self.parent_tool_call_id,
-            "last_seq": self.last_seq,
-            "exit_code": self.exit_code,
-            "result": msgspec.to_builtins(self.result) if self.result is not None else None,
-        }
-
-
-def record_state(rec: RunRecord) -> dict[str, Any]:
-    """The JSON body of ``GET /v1/runs/{id}`` for a run known only to the store."""
-    result = msgspec.json.decode(rec.result) if rec.result else None
-    return {
-        "run_id": rec.run_id,
-        "status": rec.status,
-        "created_at": rec.created_at,
-        "finished_at": rec.finished_at,
-        "cwd": rec.cwd,
-        "mode": rec.mode,
-        "session_id": rec.session_id,
-        "resumed": rec.resumed,
-        "parent_tool_call_id": rec.parent_tool_call_id,
-        "last_seq": rec.last_seq,
-        "exit_code": rec.exit_code,
-        "result": result,
-    }
-
-
-def translator_limits(config: Config) -> Limits:
-    """The translator's bounds from the operator's ``[limits]`` (fields both sides know)."""
-    ours = msgspec.structs.asdict(config.limits)
-    known = {f.name for f in msgspec.structs.fields(Limits)}
-    return Limits(**{k: v for k, v in ours.items() if k in known})
 
 
 class RunManager:
@@ -432,7 +347,12 @@ class RunManager:
         while len(self._recent) > RECENT_RUNS:
             self._recent.popitem(last=False)
         try:
-            await self._store.flush()
+            # Separately from finish_run: a failed frame write (disk full) is retried by the
+            # store and must not keep the final status from being queued too.
+            try:
+                await self._store.flush()
+            except StoreError as exc:
+                _log.error("store_flush_failed", error=str(exc))
             await self._store.finish_run(
                 run.run_id,
                 run.status,
@@ -440,6 +360,8 @@ class RunManager:
                 outcome.exit_code,
                 now,
             )
+        except StoreError as exc:
+            _log.error("store_finish_failed", error=str(exc))
         except Exception as exc:
             _log.exception("store_finish_failed", error=repr(exc))
         finally:
@@ -455,36 +377,7 @@ class RunManager:
 
     async def recover(self) -> int:
         """Close the runs the store still calls running (the daemon died) as interrupted."""
-        closed = 0
-        for rec in await self._store.live_runs():
-            frames = [decode_frame(b) for b in await self._store.frames_after(rec.run_id, 0)]
-            ctx = RunContext(
-                run_id=rec.run_id,
-                cwd=rec.cwd,
-                mode=rec.mode,
-                parent_tool_call_id=rec.parent_tool_call_id,
-                session_id=rec.session_id,
-                resumed=rec.resumed,
-                started_at=rec.created_at,
-            )
-            translator = Translator.restore(ctx, frames, self._limits)
-            now = time.time()
-            for frame in translator.close(Outcome(reason="interrupted"), now):
-                self._store.append_frame(rec.run_id, frame.seq, encode_frame(frame))
-            result = translator.result
-            status = result.status if result is not None else "interrupted"
-            await self._store.flush()
-            await self._store.finish_run(
-                rec.run_id,
-                status,
-                msgspec.json.encode(result) if result is not None else b"null",
-                None,
-                now,
-            )
-            self._metrics.runs_finished[status] += 1
-            _log.info("run_interrupted", run_id=rec.run_id, status=status)
-            closed += 1
-        return closed
+        return await recover_runs(self._store, self._limits, self._metrics)
 
     async def drain(self, grace_s: float) -> None:
         """Let running runs finish for up to ``grace_s`` seconds, then cancel the rest and wait."""

@@ -1,0 +1,62 @@
+"""Start-up: runs a dead daemon left ``running`` are closed as ``interrupted``.
+
+Their processes outlived that daemon (orphans still carry the run marker) and are killed; the
+run's translator is rebuilt from its stored frames so that the closing frames continue the same
+seq and close exactly the cards that were open.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import structlog
+
+from daemon.metrics import Metrics
+from daemon.procs import kill_run
+from daemon.store import RunStore, StoreError
+from translator import Limits, Outcome, RunContext, Translator
+from translator.frames import decode_frame, encode_frame
+
+_log = structlog.get_logger("codelegate.recovery")
+
+
+async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int:
+    """Close every run the store still calls running; returns how many."""
+    closed = 0
+    for rec in await store.live_runs():
+        # Its processes outlived the daemon that died (orphans carry the run marker).
+        killed, left = await kill_run(rec.run_id)
+        if killed or left:
+            _log.info("run_orphans_killed", run_id=rec.run_id, killed=killed, left=left)
+        frames = [decode_frame(b) for b in await store.frames_after(rec.run_id, 0)]
+        ctx = RunContext(
+            run_id=rec.run_id,
+            cwd=rec.cwd,
+            mode=rec.mode,
+            parent_tool_call_id=rec.parent_tool_call_id,
+            session_id=rec.session_id,
+            resumed=rec.resumed,
+            started_at=rec.created_at,
+        )
+        translator = Translator.restore(ctx, frames, limits)
+        now = time.time()
+        for frame in translator.close(Outcome(reason="interrupted"), now):
+            store.append_frame(rec.run_id, frame.seq, encode_frame(frame))
+        result = translator.result
+        status = result.status if result is not None else "interrupted"
+        try:
+            await store.flush()
+            await store.finish_run(
+                rec.run_id,
+                status,
+                msgspec.json.encode(result) if result is not None else b"null",
+                None,
+                now,
+            )
+        except StoreError as exc:  # queued and retried by the store; the daemon still starts
+            _log.error("store_finish_failed", run_id=rec.run_id, error=str(exc))
+        metrics.runs_finished[status] += 1
+        _log.info("run_interrupted", run_id=rec.run_id, status=status)
+        closed += 1
+    return closed
