@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""A fake Claude CLI that plants credentials everywhere it can (stdlib only).
+
+The prompt's first line is ``leak file=<json of planted secrets> exit=<code>``. It prints them in
+tool arguments (as values and under credential-shaped keys), in tool output (an env dump with
+its own real environment, .env and YAML text, a PEM key, a JWT), in assistant text, in a
+permission denial, in a malformed and an unknown line, in the final result, and on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+def main() -> int:
+    if "--version" in sys.argv:
+        print("2.1.332 (Claude Code)")
+        return 0
+    words = sys.stdin.read().split("\n", 1)[0].split()
+    params = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+    with open(params["file"]) as fh:
+        s: dict[str, str] = json.load(fh)
+    code = int(params.get("exit", "0"))
+    args = sys.argv[1:]
+    session = args[args.index("--session-id") + 1]
+    out = sys.stdout.buffer
+
+    def emit(obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj).encode() + b"\n")
+        out.flush()
+
+    base = {"parent_tool_use_id": None, "session_id": session}
+    emit({"type": "system", "subtype": "init", "cwd": os.getcwd(), "tools": ["Bash"]} | base)
+    text = f"I will use {s['ant']} and {s['ghp']} for this."
+    emit(
+        {"type": "assistant", "message": {"id": "m1", "content": [{"type": "text", "text": text}]}}
+        | base
+    )
+    use = {
+        "type": "tool_use",
+        "id": "toolu_leak1",
+        "name": "Bash",
+        "input": {
+            "command": f"curl -H 'Authorization: Bearer {s['bearer']}' https://api.example.com",
+            "api_key": s["keyed"],
+            "headers": {"Cookie": s["cookie"], "X-Auth-Token": s["keyed2"]},
+        },
+    }
+    emit({"type": "assistant", "message": {"id": "m2", "content": [use]}} | base)
+    env_dump = "\n".join(f"{k}={v}" for k, v in sorted(os.environ.items()))
+    dump = "\n".join(
+        [
+            env_dump,
+            f"GITHUB_TOKEN={s['ghp']}",
+            f"DB_PASSWORD={s['password']}",
+            f"AWS_ACCESS_KEY_ID={s['akia']}",
+            f"AWS_SECRET_ACCESS_KEY={s['aws_secret']}",
+            s["pem"],
+            f"session jwt {s['jwt']}",
+        ]
+    )
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_leak1",
+        "content": dump,
+        "is_error": False,
+    }
+    emit(
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [result]},
+            "tool_use_result": {"stdout": dump, "stderr": f"token={s['token']}"},
+        }
+        | base
+    )
+    use2 = {"type": "tool_use", "id": "toolu_leak2", "name": "Read", "input": {"file_path": ".env"}}
+    emit({"type": "assistant", "message": {"id": "m3", "content": [use2]}} | base)
+    env_file = f'password: "{s["password2"]}"\nclient_secret = {s["client_secret"]}\n'
+    result2 = {"type": "tool_result", "tool_use_id": "toolu_leak2", "content": env_file}
+    emit({"type": "user", "message": {"role": "user", "content": [result2]}} | base)
+    emit(
+        {
+            "type": "system",
+            "subtype": "permission_denied",
+            "tool_name": "Bash",
+            "tool_use_id": "toolu_leak3",
+            "message": f"denied: export API_KEY={s['denied']}",
+        }
+        | base
+    )
+    out.write(b'{"broken": "' + s["malformed"].encode() + b'", \n')
+    emit({"type": "weird_new_type", "secret": s["unknown"], "note": s["ant"]} | base)
+    sys.stderr.write(
+        f"ERROR auth failed: ANTHROPIC_API_KEY={os.environ.get('ANTHROPIC_API_KEY')}\n"
+    )
+    sys.stderr.write(f"retrying with Bearer {s['bearer']} and {s['ant2']}\n")
+    sys.stderr.flush()
+    emit(
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": code != 0,
+            "result": f"Done. Used {s['ant2']}. password={s['password']}",
+            "num_turns": 2,
+            "permission_denials": [
+                {
+                    "tool_name": "Bash",
+                    "tool_use_id": "toolu_leak3",
+                    "tool_input": {
+                        "command": f"export TOKEN={s['denied']}",
+                        "secret": s["denied2"],
+                    },
+                }
+            ],
+        }
+        | base
+    )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
