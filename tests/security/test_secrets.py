@@ -58,7 +58,7 @@ def plant() -> dict[str, str]:
 def cores(planted: dict[str, str]) -> list[str]:
     """Every 12-character window of every secret's random part (hex windows of 12 do not turn up
     by chance; a partial leak shows up as one of them)."""
-    out = []
+    out: list[str] = []
     for value in planted.values():
         core = value.split("-----")[2] if value.startswith("-----") else value
         for prefix in (
