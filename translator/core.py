@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 import msgspec
 
@@ -38,7 +38,7 @@ from translator.frames import (
 from translator.lines import LineSplitter
 from translator.outcome import Limits, Outcome, RunContext, final_result, invocation_end
 from translator.patch import creation_diff, unified_diff
-from translator.redact import bound_text, clean_chars, clean_text, clean_value
+from translator.redact import bound_chars, bound_text, clean_chars, clean_text, clean_value
 from translator.summary import (
     FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
@@ -93,7 +93,6 @@ class Translator:
         self.result: FinalResult | None = None
         self._splitter = LineSplitter(limits.line_bytes)
         self._out: list[Frame] = []
-        self._raw_line = b""
         self._now = ctx.started_at
         self._started = False
         self._closed = False
@@ -137,8 +136,12 @@ class Translator:
         self._now = now
         splitter = self._splitter
         before = splitter.oversized
-        for line in splitter.feed(data):
-            self._line(line)
+        block = splitter.feed_block(data)
+        if block is None:
+            for line in splitter.feed(data):
+                self._line(line)
+        elif block:
+            self._block(block)
         for _ in range(splitter.oversized - before):
             self._count("oversized_line")
         return self._take()
@@ -227,8 +230,22 @@ class Translator:
 
     # --- lines --------------------------------------------------------------------------------
 
+    def _block(self, block: bytes) -> None:
+        # The hot path: a whole chunk of complete lines decoded in one call. Any bad or unknown
+        # line fails the block, which is then read line by line to count it.
+        try:
+            messages = wire.decode_lines(block)
+        except msgspec.MsgspecError:
+            for line in self._splitter.complete_lines(block):
+                self._line(line)
+            return
+        dispatch = self._dispatch
+        stream_event = wire.StreamEvent
+        for msg in messages:
+            if type(msg) is not stream_event:  # partial deltas: the full line follows
+                dispatch(msg)
+
     def _line(self, raw: bytes) -> None:
-        self._raw_line = raw  # system subtypes are decoded again from it
         try:
             msg = wire.decode_line(raw)
         except wire.UnknownType:
@@ -241,25 +258,30 @@ class Translator:
             self._dispatch(msg)
 
     def _dispatch(self, msg: wire.Line) -> None:
-        if isinstance(msg, wire.Assistant | wire.User):
-            parent = msg.parent_tool_use_id
+        # ``type(...) is`` rather than isinstance: this runs once per line.
+        kind = type(msg)
+        if kind is wire.Assistant or kind is wire.User:
+            talk = cast(wire.Assistant | wire.User, msg)
+            parent = talk.parent_tool_use_id
             if parent is not None and parent not in self._seen:
-                self._hold(parent, msg)
-            elif isinstance(msg, wire.Assistant):
-                self._assistant(msg)
+                self._hold(parent, talk)
+            elif kind is wire.Assistant:
+                self._assistant(cast(wire.Assistant, talk))
             else:
-                self._user(msg)
-        elif isinstance(msg, wire.System):
-            self._system(msg)
-        elif isinstance(msg, wire.ToolProgressLine):
+                self._user(cast(wire.User, talk))
+        elif kind is wire.System:
+            self._system(cast(wire.System, msg))
+        elif kind is wire.ToolProgressLine:
+            progress = cast(wire.ToolProgressLine, msg)
             cards = self._cards
-            card = cards.get(msg.tool_use_id) or cards.get(msg.parent_tool_use_id or "")
+            card = cards.get(progress.tool_use_id) or cards.get(progress.parent_tool_use_id or "")
             if card is not None:
-                self._progress(card, int(msg.elapsed_time_seconds * 1000))
-        elif isinstance(msg, wire.Result):
+                self._progress(card, int(progress.elapsed_time_seconds * 1000))
+        elif kind is wire.Result:
             # Several result lines may come (after a background task): the last one wins.
-            self._last_result = msg
-            self._session(msg.session_id)
+            result = cast(wire.Result, msg)
+            self._last_result = result
+            self._session(result.session_id)
         # stream_event and rate_limit_event: partial deltas and quotas, nothing for a card.
 
     def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> None:
@@ -303,9 +325,9 @@ class Translator:
         if subtype == "init":
             self._session(msg.session_id)
         elif subtype == "permission_denied":
-            self._permission_denied(wire.permission_denied_decoder.decode(self._raw_line))
+            self._permission_denied(msg)
         elif subtype.startswith("task_") and subtype in wire.KNOWN_SUBTYPES:
-            self._task(subtype, wire.task_decoder.decode(self._raw_line))
+            self._task(subtype, msg)
         elif subtype not in wire.KNOWN_SUBTYPES:
             self._count("unknown_type")
 
@@ -343,7 +365,8 @@ class Translator:
             args=args,
             status="in_progress",
             parent_tool_id=card.parent_tool_id,
-            summary=clean_chars(tool_title(tool, raw_args, self.ctx.cwd), limits.summary_chars),
+            # From the cleaned args: already redacted, so only cut here.
+            summary=bound_chars(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
         )
         self._activity(card, "running")
         held = self._held.pop(use_id, None)
@@ -392,12 +415,12 @@ class Translator:
                     diff = creation_diff(card.changed, card.content)
         self._close_card(card, ok=True, text=text, diff=diff)
 
-    def _permission_denied(self, event: wire.PermissionDenied) -> None:
-        use_id = event.tool_use_id
+    def _permission_denied(self, event: wire.System) -> None:
+        use_id = wire.text(event.tool_use_id)
         if not use_id:
             self._count("malformed_line")
             return
-        reason = event.message or event.decision_reason or "permission denied"
+        reason = wire.text(event.message) or wire.text(event.decision_reason) or "permission denied"
         card = self._cards.get(use_id)
         if card is not None:
             card.denied = reason
@@ -405,26 +428,27 @@ class Translator:
         if tool_id not in self._denials:
             self._denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
-                name=event.tool_name or (card.tool if card else _UNKNOWN_TOOL),
+                name=wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL),
                 input=card.args if card else None,
             )
 
-    def _task(self, subtype: str, event: wire.TaskEvent) -> None:
-        if event.task_id and event.tool_use_id:
-            self._tasks[event.task_id] = event.tool_use_id
-        use_id = event.tool_use_id or self._tasks.get(event.task_id or "")
-        card = self._cards.get(use_id or "")
+    def _task(self, subtype: str, event: wire.System) -> None:
+        task_id = wire.text(event.task_id)
+        use_id = wire.text(event.tool_use_id)
+        if task_id and use_id:
+            self._tasks[task_id] = use_id
+        card = self._cards.get(use_id or self._tasks.get(task_id or "", ""))
         if card is None:
             return
         if subtype == "task_progress":
-            usage = event.usage or wire.TaskUsage()
+            usage = wire.task_usage(event.usage)
             self._progress(
                 card,
                 usage.duration_ms if usage.duration_ms is not None else self._elapsed(card),
-                summary=event.description,
+                summary=wire.text(event.description),
                 tool_uses=usage.tool_uses,
                 total_tokens=usage.total_tokens,
-                last_tool_name=event.last_tool_name,
+                last_tool_name=wire.text(event.last_tool_name),
             )
             return
         if not card.background:
@@ -434,12 +458,13 @@ class Translator:
         if subtype == "task_updated":
             # The patch may come before the notification that carries the summary: remember
             # the end, and use it if the notification never comes.
-            status = event.patch.status if event.patch else None
+            status = wire.patch_status(event.patch)
             if status in _TASK_END:
                 card.task_status = status
             return
-        if subtype == "task_notification" and event.status in _TASK_END:
-            self._end_task(card, event.status, event.summary or "")
+        status = wire.text(event.status)
+        if subtype == "task_notification" and status in _TASK_END:
+            self._end_task(card, status, wire.text(event.summary) or "")
 
     def _end_task(self, card: Card, status: str, summary: str) -> None:
         ok = status == "completed"

@@ -43,6 +43,25 @@ class LineSplitter:
         self._keep(buf[last + 1 :])
         return self._complete(buf[:last].split(b"\n"))
 
+    def feed_block(self, data: bytes) -> bytes | None:
+        """The complete lines in ``data`` (plus what was buffered) as one block of bytes.
+
+        The fast path of :meth:`feed`: it applies only when no line of the block can be over the
+        bound (the block itself is within it), else it returns None and consumes nothing.
+        """
+        if not data or self._skipping:
+            return None
+        last = data.rfind(b"\n")
+        if last < 0 or len(self._buf) + last > self.max_line:
+            return None
+        block = self._buf + data[:last] if self._buf else data[:last]
+        self._keep(data[last + 1 :])
+        return block
+
+    def complete_lines(self, block: bytes) -> list[bytes]:
+        """The non-blank lines of a block from :meth:`feed_block`, without line ends."""
+        return self._complete(block.split(b"\n"))
+
     def _keep(self, rest: bytes) -> None:
         # An unterminated tail already over the bound can be dropped now: no need to buffer
         # megabytes only to discard them when the newline finally comes.

@@ -14,7 +14,7 @@ with ``[``), which is what keeps redaction idempotent on cut output.
 from __future__ import annotations
 
 import re
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 MASK: Final = "[redacted]"
 
@@ -62,85 +62,95 @@ def is_secret_key(key: str) -> bool:
 # --- values inside strings -----------------------------------------------------------------------
 
 
-class _Rule(NamedTuple):
-    literals: tuple[str, ...]  # lowercase; the rule runs only when one of them occurs
-    pattern: re.Pattern[str]  # finds a secret; group 1 (or the whole match) is masked
-    anycase: re.Pattern[str] | None  # for rules over the lowercased text: the same, on the text
-    alone: bool = False  # the match must not follow a letter or digit
-
-
-def _rule(literals: tuple[str, ...], pattern: str, *, lower: bool = False) -> _Rule:
-    anycase = re.compile(pattern, re.IGNORECASE | re.DOTALL) if lower else None
-    return _Rule(literals, re.compile(pattern, re.DOTALL), anycase)
-
-
 # NAME=value / NAME: value / "NAME": "value" (env dumps, .env, YAML, JSON text) with a
 # credential keyword in NAME. An "Authorization: Bearer x" header is one secret, scheme included.
-# The value never starts with "[" (see the module docstring).
+# A quoted value is masked whole; a bare one up to a space or quote; it never starts with "["
+# (see the module docstring).
 _VALUE: Final = (
     r"""[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*(?:(?:bearer|basic|token)\s+)?+"""
-    # A quoted value whole (spaces and all), else a bare word (a quote left open included).
     r"""(?:"([^"\n]*)"|'([^'\n]*)'|["']?([^\s"',;\[][^\s"',;]*))"""
 )
-
-# Every rule starts with a literal and runs only when that literal occurs; case-insensitive ones
-# run over the lowercased text. A single case-insensitive alternation of all of them was about
-# 100 x slower on ordinary source code.
-_RULES: Final = (
-    *(
-        _rule((literal,), keyword + _VALUE, lower=True)
-        for literal, keyword in (
-            ("token", "token(?!s)"),
-            ("secret", "secret"),
-            ("pass", "pass(?:w(?:or)?d|phrase)"),
-            ("key", "(?:api|private|access|auth)[_-]?key"),
-            ("credential", "credentials?"),
-            ("authorization", "authorization"),
-            ("cookie", "cookie"),
-        )
-    ),
-    _rule(("bearer",), r"bearer\s+([a-z0-9._~+/-]{8,}=*)", lower=True),
-    # PEM private keys: the whole block (to the end of the text when it was cut off).
-    _rule(
-        ("-----begin",),
-        r"-----BEGIN[A-Z ]{0,40} PRIVATE KEY-----(?:.*?-----END[A-Z ]{0,40} PRIVATE KEY-----|.*)",
-    ),
-    _rule(("sk-ant-",), r"sk-ant-[A-Za-z0-9_-]{8,}"),
-    _rule(("sk-",), r"sk-[A-Za-z0-9_-]{20,}")._replace(alone=True),
-    _rule(("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"gh[pousr]_[A-Za-z0-9]{16,}"),
-    _rule(("github_pat_",), r"github_pat_[A-Za-z0-9_]{16,}"),
-    _rule(("xox",), r"xox[abprs]-[A-Za-z0-9-]{10,}"),
-    _rule(("akia", "asia"), r"(?:AKIA|ASIA)[A-Z0-9]{16}"),
-    _rule(("eyj",), r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+_KEYWORDS: Final = (
+    "token(?!s)",  # "input_tokens" is a counter, not a secret
+    "secret",
+    "pass(?:w(?:or)?d|phrase)",
+    "api[_-]?key",
+    "private[_-]?key",
+    "access[_-]?key",
+    "auth(?:[_-]?key|orization)",
+    "credentials?",
+    "cookie",
 )
+# One alternation, run once over the lowercased text. Every branch starts with a literal, so
+# that the regex engine skips ahead on a set of first characters; a branch starting with a group
+# or an assertion would make it try every position (checks that need one are done in
+# ``_spans``). The masked part is the branch's group when it has one, else the whole match.
+_SECRET_SOURCE: Final = "|".join(
+    (
+        *(keyword + _VALUE for keyword in _KEYWORDS),
+        r"bearer\s+([a-z0-9._~+/-]{8,}=*)",
+        # A PEM private key: the whole block (to the end of the text when it was cut off).
+        r"-----begin[a-z ]{0,40} private key-----"
+        r"(?:.*?-----end[a-z ]{0,40} private key-----|.*)",
+        r"sk-ant-[a-z0-9_-]{8,}",
+        r"sk-[a-z0-9_-]{20,}",  # not after a letter or digit (checked in _spans)
+        r"gh[pousr]_[a-z0-9]{16,}",
+        r"github_pat_[a-z0-9_]{16,}",
+        r"xox[abprs]-[a-z0-9-]{10,}",
+        r"akia[a-z0-9]{16}",  # upper case in the text (checked in _spans)
+        r"asia[a-z0-9]{16}",
+        r"eyj[a-z0-9_-]{8,}\.[a-z0-9_-]{8,}\.[a-z0-9_-]*",
+    )
+)
+_SECRET: Final = re.compile(_SECRET_SOURCE, re.DOTALL)
+# For the rare text whose lowercasing changes its length (so spans would not fit the text).
+_SECRET_ANYCASE: Final = re.compile(_SECRET_SOURCE, re.DOTALL | re.IGNORECASE)
+
+
+def _may_hold_a_secret(low: str) -> bool:
+    # Every pattern above needs one of these; checking them with ``in`` costs a fraction of
+    # running the alternation, and most texts hold none. ("key" covers every *key name, "auth"
+    # authorization; "sk-" sk-ant-.)
+    return (
+        "token" in low
+        or "secret" in low
+        or "pass" in low
+        or "key" in low
+        or "auth" in low
+        or "credential" in low
+        or "cookie" in low
+        or "bearer" in low
+        or "-----begin" in low
+        or "sk-" in low
+        or "gh" in low
+        or "github_pat_" in low
+        or "xox" in low
+        or "akia" in low
+        or "asia" in low
+        or "eyj" in low
+    )
 
 
 def _spans(text: str) -> list[tuple[int, int]]:
     low = text.lower()
-    # A few characters change length when lowercased: then spans of ``low`` would not fit.
+    if not _may_hold_a_secret(low):
+        return []
     same = len(low) == len(text)
+    matches = _SECRET.finditer(low) if same else _SECRET_ANYCASE.finditer(text)
     spans: list[tuple[int, int]] = []
-    for rule in _RULES:
-        for literal in rule.literals:
-            if literal in low:
-                break
-        else:
+    for match in matches:
+        group = match.lastindex or 0
+        start, end = match.span(group)
+        if start == end:
             continue
-        if rule.anycase is None:
-            haystack, pattern = text, rule.pattern
-        elif same:
-            haystack, pattern = low, rule.pattern
-        else:
-            haystack, pattern = text, rule.anycase
-        for match in pattern.finditer(haystack):
-            # The masked part: the one group that took part in the match, or all of it.
-            group = match.lastindex or 0
-            start, end = match.span(group)
-            if start == end:
-                continue
-            if rule.alone and start and haystack[start - 1].isalnum():
-                continue
-            spans.append((start, end))
+        head = low[start : start + 4]
+        if head in ("akia", "asia") and not text[start:end].isupper():
+            continue
+        # A generic sk- key must stand alone; sk-ant- keys are distinctive enough anywhere.
+        glued = start and text[start - 1].isalnum() and not low.startswith("sk-ant-", start)
+        if head[:3] == "sk-" and glued:
+            continue
+        spans.append((start, end))
     return spans
 
 
@@ -149,16 +159,12 @@ def redact_text(text: str) -> str:
     spans = _spans(text)
     if not spans:
         return text
-    spans.sort()
+    # One regex pass: the spans come sorted and never overlap.
     out: list[str] = []
     pos = 0
     for start, end in spans:
-        # Overlapping finds (a "private_key:" holding a PEM block) become one mask.
-        if end <= pos:
-            continue
-        if start >= pos:
-            out.append(text[pos:start])
-            out.append(MASK)
+        out.append(text[pos:start])
+        out.append(MASK)
         pos = end
     out.append(text[pos:])
     return "".join(out)
@@ -184,6 +190,11 @@ def redact_value(value: Any) -> Any:
 
 
 # --- bounds --------------------------------------------------------------------------------------
+
+
+# How far past a bound a text is redacted before it is cut, and how much of that is dropped.
+_MARGIN: Final = 1024
+_UNSURE: Final = 256
 
 
 def cut_marker(cut_bytes: int) -> str:
@@ -225,31 +236,53 @@ def bound_chars(text: str, limit: int, *, dropped: int = 0) -> str:
 
 def clean_text(text: str, limit: int) -> str:
     """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
-    # Redacting megabytes only to keep 4 KiB is wasted work: cut well past the bound first. The
-    # margin keeps any secret that starts before the final cut whole enough to be recognised.
-    precut = 2 * limit + 4096
-    if len(text) > precut:
-        head = text[:precut]
-        dropped = len(text.encode("utf-8", "surrogatepass")) - len(
-            head.encode("utf-8", "surrogatepass")
-        )
-        return bound_text(redact_text(head), limit, dropped=dropped)
-    return bound_text(redact_text(text), limit)
+    precut = limit + _MARGIN
+    if len(text) <= precut:
+        return bound_text(redact_text(text), limit)
+    # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
+    # character is at least a byte). A secret cut off at the end of the head might be too short
+    # to be recognised: the head's last characters are dropped after redaction.
+    red = redact_text(text[:precut])[:-_UNSURE]
+    dropped = len(text.encode("utf-8", "surrogatepass")) - len(red.encode("utf-8", "surrogatepass"))
+    return bound_text(red, limit, dropped=dropped)
 
 
 def clean_chars(text: str, limit: int) -> str:
     """Redacted, then bounded to ``limit`` characters (assistant text, card titles)."""
-    precut = 2 * limit + 4096
-    if len(text) > precut:
-        return bound_chars(redact_text(text[:precut]), limit, dropped=len(text) - precut)
-    return bound_chars(redact_text(text), limit)
+    precut = limit + _MARGIN
+    if len(text) <= precut:
+        return bound_chars(redact_text(text), limit)
+    red = redact_text(text[:precut])[:-_UNSURE]
+    return bound_chars(red, limit, dropped=len(text) - len(red))
 
 
 def clean_value(value: Any, *, string_bytes: int, depth: int = 6, items: int = 64) -> Any:
-    """:func:`redact_value` and :func:`bound_value` in one walk (tool arguments, usage)."""
-    if isinstance(value, str):
+    """:func:`redact_value` and bounds in one walk (tool arguments, usage).
+
+    Strings are cut to ``string_bytes``, nesting to ``depth`` and containers to ``items`` entries
+    (an over-full one keeps ``items - 1`` plus a marker, so cleaning twice changes nothing).
+    """
+    return _clean(value, string_bytes, depth, items)
+
+
+_key_texts: dict[str, str] = {}
+
+
+def _clean_key(key: str) -> str:
+    # Keys repeat (every Bash call has "command"): redact each distinct key once.
+    text = _key_texts.get(key)
+    if text is None:
+        text = redact_text(key)
+        if len(_key_texts) < _KEY_CACHE_MAX:
+            _key_texts[key] = text
+    return text
+
+
+def _clean(value: Any, string_bytes: int, depth: int, items: int) -> Any:
+    kind = type(value)
+    if kind is str:
         return clean_text(value, string_bytes)
-    if isinstance(value, dict):
+    if kind is dict:
         if depth <= 0:
             return f"[...{len(value)} keys cut]"
         out: dict[Any, Any] = {}
@@ -258,21 +291,24 @@ def clean_value(value: Any, *, string_bytes: int, depth: int = 6, items: int = 6
             if over and n == items - 1:
                 out["..."] = f"[...{len(value) - n} keys cut]"
                 break
-            if isinstance(key, str):
+            if type(key) is str:
                 if is_secret_key(key):
-                    out[redact_text(key)] = MASK
+                    out[_clean_key(key)] = MASK
                     continue
-                key = redact_text(key)
-            out[key] = clean_value(item, string_bytes=string_bytes, depth=depth - 1, items=items)
+                key = _clean_key(key)
+            # Tool arguments are mostly flat: strings and scalars without a call each.
+            if type(item) is str:
+                out[key] = clean_text(item, string_bytes)
+            elif item is None or type(item) is bool or type(item) is int:
+                out[key] = item
+            else:
+                out[key] = _clean(item, string_bytes, depth - 1, items)
         return out
-    if isinstance(value, list | tuple):
+    if kind is list or kind is tuple:
         if depth <= 0:
             return f"[...{len(value)} items cut]"
         kept = value[: items - 1] if len(value) > items else value
-        out_list = [
-            clean_value(item, string_bytes=string_bytes, depth=depth - 1, items=items)
-            for item in kept
-        ]
+        out_list = [_clean(item, string_bytes, depth - 1, items) for item in kept]
         if len(value) > items:
             out_list.append(f"[...{len(value) - len(kept)} items cut]")
         return out_list

@@ -72,6 +72,11 @@ def relative_path(path: str, cwd: str) -> str:
     """``path`` relative to the run's ``cwd`` when inside it; otherwise as given."""
     if not path.startswith("/"):
         return path
+    # The common case without normpath: a plain path under the cwd.
+    if cwd and path.startswith(cwd) and path[len(cwd) : len(cwd) + 1] == "/":
+        rest = path[len(cwd) + 1 :]
+        if rest and "/." not in path and "//" not in path and not rest.startswith("."):
+            return rest.removesuffix("/")
     norm = posixpath.normpath(path)
     base = posixpath.normpath(cwd) if cwd else "/"
     if norm == base:

@@ -74,8 +74,22 @@ class User(_Line, tag="user"):
 
 
 class System(_Line, tag="system"):
+    """Any ``system`` line. Fields used by some subtypes only are kept raw (their shape may
+    differ in subtypes we ignore) and read with :func:`text` / :func:`task_usage`."""
+
     subtype: str = ""
     session_id: str | None = None
+    tool_use_id: msgspec.Raw = _RAW_NULL
+    tool_name: msgspec.Raw = _RAW_NULL
+    message: msgspec.Raw = _RAW_NULL
+    decision_reason: msgspec.Raw = _RAW_NULL
+    task_id: msgspec.Raw = _RAW_NULL
+    status: msgspec.Raw = _RAW_NULL
+    summary: msgspec.Raw = _RAW_NULL
+    description: msgspec.Raw = _RAW_NULL
+    last_tool_name: msgspec.Raw = _RAW_NULL
+    usage: msgspec.Raw = _RAW_NULL
+    patch: msgspec.Raw = _RAW_NULL
 
 
 class Result(_Line, tag="result"):
@@ -113,35 +127,10 @@ Line = Assistant | User | System | Result | ToolProgressLine | StreamEvent | Rat
 # --- system subtypes the translator acts on (decoded a second time) ---------------------------
 
 
-class Init(msgspec.Struct):
-    session_id: str | None = None
-
-
-class PermissionDenied(msgspec.Struct):
-    tool_use_id: str | None = None
-    tool_name: str | None = None
-    message: str | None = None
-    decision_reason: str | None = None
-
-
 class TaskUsage(msgspec.Struct):
     total_tokens: int | None = None
     tool_uses: int | None = None
     duration_ms: int | None = None
-
-
-class TaskEvent(msgspec.Struct):
-    """``task_started`` / ``task_progress`` / ``task_notification`` / ``task_updated``."""
-
-    task_id: str | None = None
-    tool_use_id: str | None = None
-    task_type: str | None = None
-    status: str | None = None
-    summary: str | None = None
-    description: str | None = None
-    last_tool_name: str | None = None
-    usage: TaskUsage | None = None
-    patch: TaskPatch | None = None
 
 
 class TaskPatch(msgspec.Struct):
@@ -305,10 +294,39 @@ def decode_line(line: bytes) -> Line | None:
         raise
 
 
-init_decoder: Final = msgspec.json.Decoder(Init)
-permission_denied_decoder: Final = msgspec.json.Decoder(PermissionDenied)
-task_decoder: Final = msgspec.json.Decoder(TaskEvent)
 tool_use_result_decoder: Final = msgspec.json.Decoder(ToolUseResult)
-usage_decoder: Final = msgspec.json.Decoder(dict[str, Any])
 denials_decoder: Final = msgspec.json.Decoder(list[Denial])
 errors_decoder: Final = msgspec.json.Decoder(list[str])
+_text_decoder: Final = msgspec.json.Decoder(str | None)
+_usage_decoder: Final = msgspec.json.Decoder(TaskUsage | None)
+_patch_decoder: Final = msgspec.json.Decoder(TaskPatch | None)
+
+
+def decode_lines(block: bytes) -> list[Line]:
+    """Every line of a block of complete lines at once; raises if any line is bad or unknown."""
+    return _line_decoder.decode_lines(block)
+
+
+def text(raw: msgspec.Raw) -> str | None:
+    """A raw field as a string; None when absent, null or not a string."""
+    try:
+        return _text_decoder.decode(raw)
+    except msgspec.ValidationError:
+        return None
+
+
+def task_usage(raw: msgspec.Raw) -> TaskUsage:
+    """A task's usage counters (empty when absent or of another shape)."""
+    try:
+        return _usage_decoder.decode(raw) or TaskUsage()
+    except msgspec.ValidationError:
+        return TaskUsage()
+
+
+def patch_status(raw: msgspec.Raw) -> str | None:
+    """The status of a ``task_updated`` patch, if it has one."""
+    try:
+        patch = _patch_decoder.decode(raw)
+    except msgspec.ValidationError:
+        return None
+    return patch.status if patch else None

@@ -683,3 +683,27 @@ def test_frame_ids_are_stable_and_seq_gapless() -> None:
 def test_summary_is_cut_at_240_characters() -> None:
     frames = run([assistant(tool_use("t1", "Bash", command="echo " + "a" * 1000))])
     assert 230 <= len(of_type(frames, "tool_call")[0]["summary"]) <= 240
+
+
+def test_odd_shapes_in_system_lines_are_tolerated() -> None:
+    frames = run(
+        [
+            assistant(tool_use("t1", "Agent")),
+            tool_result("t1", "launched", extra={"status": "async_launched"}),
+            line(
+                type="system", subtype="task_progress", tool_use_id="t1", usage=[1], description=5
+            ),
+            line(type="system", subtype="task_updated", tool_use_id="t1", patch="done"),
+            line(type="system", subtype="task_updated", tool_use_id="t1", patch=None),
+            line(type="system", subtype="task_notification", tool_use_id=7, status="completed"),
+        ]
+    )
+    progress = of_type(frames, "tool_progress")
+    assert progress[-1].get("summary") is None
+    assert of_type(frames, "tool_result")[0]["error_type"] == "interrupted"
+
+
+def test_a_lone_newline_chunk() -> None:
+    translator = Translator(context(parent_tool_call_id=None))
+    assert translator.receive_data(b"\n", 1.0) == []
+    assert translator.receive_data(b"\n\n", 1.0) == []

@@ -246,3 +246,8 @@ def test_key_cache_is_bounded() -> None:
     for i in range(5000):
         is_secret_key(f"field_{i}")
     assert is_secret_key("field_4999") is False
+
+
+def test_key_text_cache_is_bounded() -> None:
+    cleaned = clean_value({f"name_{i}": i for i in range(5000)}, string_bytes=100, items=6000)
+    assert cleaned["name_4999"] == 4999

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): ``python -m bench [NAME …]`` runs ``bench/bench_<NAME>.py`` modules."""

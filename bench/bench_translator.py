@@ -1,0 +1,136 @@
+"""How fast the translator is, against a floor and a peer (issue 3).
+
+Corpus: the real CLI transcripts of the golden tests, repeated until there are at least 100,000
+lines, every tool_use id made unique so that each card is real work.
+
+Each contender runs in its own process over the corpus file and over an empty file; its time is
+the difference (net of interpreter start-up and imports), the best of a few rounds:
+- ``floor``: ``msgspec.json.decode`` of every line (no translation at all);
+- ``peer``: the Claude Agent SDK's ``parse_message`` over ``json.loads`` of every line;
+- ``ours``: what ``codelegate translate FILE`` does: frames for the whole corpus, encoded, written.
+
+Run with ``.venv/bin/python -m bench translator`` (``--lines N``, ``--rounds N``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRANSCRIPTS = (
+    ROOT / "tests" / "golden" / "transcripts",
+    ROOT / "tests" / "translator" / "golden" / "reference",
+)
+REQUIRED_VS_PEER = 2.0
+
+_WORKERS = {
+    "floor": """
+import msgspec, sys
+decode = msgspec.json.decode
+with open(sys.argv[1], "rb") as f:
+    for line in f:
+        if line.strip():
+            decode(line)
+""",
+    "peer": """
+import json, sys
+from claude_agent_sdk._internal.message_parser import parse_message
+with open(sys.argv[1], "rb") as f:
+    for line in f:
+        if line.strip():
+            try:
+                parse_message(json.loads(line))
+            except Exception:
+                pass
+""",
+    "ours": """
+import sys
+from translator import RunContext
+from translator.transcript import translate_chunks
+ctx = RunContext(run_id="bench", cwd="/srv/workspaces/demo", started_at=0.0)
+out = sys.stdout.buffer
+with open(sys.argv[1], "rb") as f:
+    for block in translate_chunks(iter(lambda: f.read(1 << 16), b""), ctx):
+        out.write(block)
+""",
+}
+
+
+def build_corpus(min_lines: int) -> bytes:
+    """Real transcripts repeated to ``min_lines`` lines, tool ids unique per copy."""
+    texts = [path.read_bytes() for folder in TRANSCRIPTS for path in sorted(folder.glob("*.jsonl"))]
+    if not texts:
+        raise SystemExit("no transcripts found")
+    ids = [
+        sorted(set(re.findall(rb"toolu_[A-Za-z0-9]+", text)), key=len, reverse=True)
+        for text in texts
+    ]
+    parts: list[bytes] = []
+    lines = copy = 0
+    while lines < min_lines:
+        for n, (text, tool_ids) in enumerate(zip(texts, ids, strict=True)):
+            for tool_id in tool_ids:
+                text = text.replace(tool_id, tool_id + b"_c%dt%d" % (copy, n))
+            if not text.endswith(b"\n"):
+                text += b"\n"
+            parts.append(text)
+            lines += text.count(b"\n")
+        copy += 1
+    return b"".join(parts)
+
+
+def _run(worker: str, path: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", _WORKERS[worker], str(path)],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - start
+
+
+def measure(corpus: Path, empty: Path, rounds: int) -> dict[str, float]:
+    """Best net time per contender, rounds interleaved so that load affects all alike."""
+    best = {name: float("inf") for name in _WORKERS}
+    for _ in range(rounds):
+        for name in _WORKERS:
+            net = _run(name, corpus) - _run(name, empty)
+            best[name] = min(best[name], net)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the times and ratios; exit 1 when ours is not at least 2x faster than the peer."""
+    parser = argparse.ArgumentParser(prog="python -m bench translator")
+    parser.add_argument("--lines", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv if argv is not None else [])
+    corpus = build_corpus(args.lines)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus_path = Path(tmp) / "corpus.jsonl"
+        corpus_path.write_bytes(corpus)
+        empty_path = Path(tmp) / "empty.jsonl"
+        empty_path.write_bytes(b"")
+        best = measure(corpus_path, empty_path, args.rounds)
+    lines = corpus.count(b"\n")
+    size = len(corpus) / 1e6
+    print(f"corpus: {lines} lines, {size:.1f} MB; best of {args.rounds} rounds, net of start-up")
+    for name, seconds in best.items():
+        print(f"  {name:5} {seconds:7.3f} s  {lines / seconds / 1000:8.1f} k lines/s")
+    vs_floor = best["ours"] / best["floor"]
+    vs_peer = best["peer"] / best["ours"]
+    print(f"  ours / floor = {vs_floor:.2f}x")
+    print(f"  peer / floor = {best['peer'] / best['floor']:.2f}x")
+    print(f"  peer / ours  = {vs_peer:.2f}x (required: at least {REQUIRED_VS_PEER}x)")
+    return 0 if vs_peer >= REQUIRED_VS_PEER else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
