@@ -170,17 +170,34 @@ def _sleep_forever() -> None:
 
 
 _SLEEPER = (
-    "import signal, time\n"
+    "import os, signal, sys, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "if len(sys.argv) > 1:\n"
+    "    open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+    "    os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
     "while True: time.sleep(3600)"
 )
 
 
+def _write_pid(pidfile: str) -> None:
+    tmp = f"{pidfile}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(tmp, pidfile)  # atomic: a reader never sees a half-written pid
+
+
 def _leave_grandchild(pidfile: str | None, hold_stdio: bool, scrub_env: bool) -> None:
-    """Double-fork into a new session, like a tool process that escapes the CLI's tree."""
+    """Double-fork into a new session, like a tool process that escapes the CLI's tree.
+
+    With a pidfile, returns only once the grandchild is fully set up (the pidfile is written
+    last), so that what the test does next never races the grandchild's start.
+    """
     first = os.fork()
     if first:
         os.waitpid(first, 0)  # the middle process exits at once: the grandchild is orphaned
+        deadline = time.monotonic() + 30
+        while pidfile and not os.path.exists(pidfile) and time.monotonic() < deadline:
+            time.sleep(0.005)
         return
     os.setsid()
     if os.fork():
@@ -190,13 +207,11 @@ def _leave_grandchild(pidfile: str | None, hold_stdio: bool, scrub_env: bool) ->
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-    if pidfile:
-        tmp = f"{pidfile}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(str(os.getpid()))
-        os.replace(tmp, pidfile)  # atomic: a reader never sees a half-written pid
     if scrub_env:  # drop every variable, the run marker too: only a cgroup still finds it
-        os.execve(sys.executable, [sys.executable, "-c", _SLEEPER], {})  # noqa: S606
+        argv = [sys.executable, "-c", _SLEEPER, *([pidfile] if pidfile else [])]
+        os.execve(sys.executable, argv, {})  # noqa: S606
+    if pidfile:
+        _write_pid(pidfile)
     _sleep_forever()
 
 

@@ -64,6 +64,27 @@ def exists(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def gone(pid: int) -> bool:
+    """One round of the daemon's periodic orphan reaper, then: is ``pid`` gone, zombie too?
+
+    A killed orphan turns into a zombie a moment after the kill sweep saw it die; in the daemon
+    the reaper task collects it within a second, here each poll does.
+    """
+    reap_orphans()
+    return not exists(pid)
+
+
+async def read_until(child: ChildProcess, needle: bytes) -> bytes:
+    """The child's stdout up to and including the chunk that contains ``needle``."""
+    out = bytearray()
+    while needle not in out:
+        chunk = await child.read()
+        if not chunk:
+            pytest.fail(f"EOF before {needle!r}")
+        out += chunk
+    return bytes(out)
+
+
 @pytest.fixture
 def subreaper() -> Iterator[None]:
     """Make the test process a child subreaper for one test, then undo it."""

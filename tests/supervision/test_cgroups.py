@@ -10,8 +10,8 @@ import pytest
 
 from daemon import cgroups, procs
 from daemon.cgroups import RunCgroup
-from daemon.supervisor import ChildProcess, reap_orphans
-from tests.supervision.conftest import Spawn, alive, exists, until
+from daemon.supervisor import ChildProcess, ExitStatus
+from tests.supervision.conftest import Spawn, alive, gone, read_all, read_until, until
 
 needs_cgroup = pytest.mark.skipif(
     cgroups.delegated_base() is None, reason="no delegated, writable cgroup v2 subtree here"
@@ -21,7 +21,7 @@ needs_cgroup = pytest.mark.skipif(
 async def _scrubbed_grandchild(spawn_fake: Spawn, tmp_path: Path) -> tuple[ChildProcess, int]:
     pidfile = tmp_path / "grandchild.pid"
     child = await spawn_fake(f"grandchild pidfile={pidfile} scrub_env=1 then=hang")
-    await until(pidfile.exists)
+    await read_until(child, b'"type":"user"')  # printed once the grandchild is all set up
     pid = int(pidfile.read_bytes())
     # Wait for the re-exec: from then on the marker is gone from its environ.
     await until(lambda: pid not in procs.marked_pids(child.run_id))
@@ -41,7 +41,7 @@ async def test_the_run_cgroup_kills_a_process_that_dropped_the_marker(
 
     await child.terminate(grace=2.0)
 
-    await until(lambda: not exists(scrubbed))
+    await until(lambda: gone(scrubbed))
     assert child.cgroup is None  # empty, so removed
 
 
@@ -58,7 +58,7 @@ async def test_without_a_cgroup_a_process_that_dropped_the_marker_escapes(
     finally:
         os.kill(scrubbed, signal.SIGKILL)
     # Re-parented to us and now a zombie nobody else waits for: the orphan reaper takes it.
-    await until(lambda: reap_orphans() >= 0 and not exists(scrubbed))
+    await until(lambda: gone(scrubbed))
 
 
 @needs_cgroup
@@ -95,3 +95,26 @@ def test_cgroups_can_be_turned_off() -> None:
         assert RunCgroup.create("some-run") is None
     finally:
         cgroups.set_enabled(True)
+
+
+@pytest.mark.usefixtures("subreaper")
+@pytest.mark.parametrize("attribution", ["marker"], indirect=True)
+async def test_an_invisible_process_holding_stdout_cannot_keep_the_run_open(
+    spawn_fake: Spawn, tmp_path: Path
+) -> None:
+    # Neither marker nor cgroup finds it: after two graces the pipes are closed on our side.
+    pidfile = tmp_path / "grandchild.pid"
+    child = await spawn_fake(
+        f"grandchild pidfile={pidfile} scrub_env=1 hold_stdio=1 then=exit", eof_grace=0.1
+    )
+    out = await read_all(child)
+    assert out.endswith(b"\n")
+    assert await child.wait() == ExitStatus(0, None)
+    await child.output_closed()
+    await until(pidfile.exists)
+    pid = int(pidfile.read_bytes())
+    try:
+        assert alive(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    await until(lambda: gone(pid))

@@ -15,7 +15,7 @@ from daemon.supervisor import ChildProcess
 from policy.environment import RUN_MARKER_VAR
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 from tests.stub.claude import claude_argv, claude_env
-from tests.supervision.conftest import exists, read_all, until
+from tests.supervision.conftest import gone, read_all, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("subreaper")]
 
@@ -92,7 +92,7 @@ async def test_a_double_forked_tool_process_outlives_the_cli_until_reaped(
     assert await child.reap_stragglers() >= 1
 
     assert procs.marked_pids(run_id) == []
-    await until(lambda: not exists(escaped))
+    await until(lambda: gone(escaped))
     await child.aclose()
 
 
@@ -109,6 +109,6 @@ async def test_terminating_the_cli_mid_run_kills_the_escaped_process_too(
 
     assert status != (0, None)
     assert procs.marked_pids(run_id) == []
-    await until(lambda: not exists(escaped))
+    await until(lambda: gone(escaped))
     hold.set()
     await child.aclose()

@@ -15,7 +15,7 @@ import pytest
 from daemon import procs
 from daemon.supervisor import ChildProcess, ExitStatus, SpawnError, reap_orphans
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
-from tests.supervision.conftest import Spawn, alive, exists, fake_env, read_all, until
+from tests.supervision.conftest import Spawn, alive, fake_env, gone, read_all, read_until, until
 
 
 async def test_normal_run_reads_every_line_and_exits_zero(spawn_fake: Spawn) -> None:
@@ -101,8 +101,10 @@ async def test_terminate_is_idempotent_and_shared(spawn_fake: Spawn) -> None:
     assert await child.wait() == first
 
 
-async def _grandchild_pid(pidfile: Path) -> int:
-    await until(pidfile.exists)
+async def _grandchild_pid(child: ChildProcess, pidfile: Path) -> int:
+    # The fake prints the tool_result once the middle process is reaped and the grandchild has
+    # written its pidfile: from then on the set of the run's processes is fixed.
+    await read_until(child, b'"type":"user"')
     return int(pidfile.read_bytes())  # noqa: ASYNC240 - a few bytes, already written
 
 
@@ -113,7 +115,7 @@ async def test_cancel_kills_the_group_and_the_escaped_grandchild(
 ) -> None:
     pidfile = tmp_path / "grandchild.pid"
     child = await spawn_fake(f"grandchild pidfile={pidfile} hold_stdio={hold_stdio} then=hang")
-    grandchild = await _grandchild_pid(pidfile)
+    grandchild = await _grandchild_pid(child, pidfile)
     # It escaped: another session, not in the CLI's process group, and it ignores SIGTERM.
     assert os.getsid(grandchild) not in (child.pid, os.getsid(0))
     assert os.getpgid(grandchild) != child.pid
@@ -125,7 +127,7 @@ async def test_cancel_kills_the_group_and_the_escaped_grandchild(
     assert child.killed >= 1
     assert procs.marked_pids(child.run_id) == []
     # Re-parented to us (the subreaper), killed, then reaped: not even a zombie is left.
-    await until(lambda: not exists(grandchild))
+    await until(lambda: gone(grandchild))
     await read_all(child)  # stdout reaches EOF even if the grandchild had held it
 
 
@@ -138,13 +140,13 @@ async def test_normal_exit_leaves_a_straggler_that_is_reaped(
     out = await read_all(child)
     assert json.loads(out.splitlines()[-1])["type"] == "result"
     assert await child.wait() == ExitStatus(0, None)
-    grandchild = await _grandchild_pid(pidfile)
+    grandchild = int(pidfile.read_bytes())  # written before the fake went on and exited
     assert alive(grandchild)  # it survived the CLI, as a real setsid tool process does
 
     assert await child.reap_stragglers() == 1
 
     assert procs.marked_pids(child.run_id) == []
-    await until(lambda: not exists(grandchild))
+    await until(lambda: gone(grandchild))
 
 
 @pytest.mark.usefixtures("subreaper")
@@ -259,7 +261,7 @@ async def test_leftovers_of_a_run_whose_supervisor_died_are_killed(
     # As after a daemon crash: nobody holds the ChildProcess any more, only the run id is known.
     pidfile = tmp_path / "grandchild.pid"
     child = await spawn_fake(f"grandchild pidfile={pidfile} then=hang")
-    await until(pidfile.exists)
+    await _grandchild_pid(child, pidfile)
     cgroup_path = child.cgroup.path if child.cgroup is not None else None
 
     killed, left = await procs.kill_leftovers(child.run_id)
