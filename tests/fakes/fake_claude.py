@@ -21,7 +21,8 @@ Scenarios (keys in brackets):
                     SIGTERM and sleeps [pidfile=PATH] [hold_stdio=1: it keeps our stdout/stderr]
                     [scrub_env=1: it re-executes itself with an empty environment]
                     [then=hang|exit]
-  stderr            [lines=5] stderr lines, one with a planted API key, then a normal run
+  stderr            [lines=5] stderr lines, one with a planted API key, [long=N] then one
+                    line of N characters, then a normal run
   tools             [n=1000] tool lines (tool_use/tool_result alternating) as fast as possible
                     [rate=0: lines per second, 0 = unthrottled]; each tool_use input carries
                     ``sent_at`` (epoch seconds) for latency measurement; then a result
@@ -257,6 +258,8 @@ def main(args: list[str]) -> int:
         for i in range(int(params.get("lines", "5"))):
             extra = f" ANTHROPIC_API_KEY={PLANTED_SECRET}" if i == 1 else ""
             sys.stderr.write(f"fake stderr line {i}{extra}\n")
+        if "long" in params:  # one huge line, e.g. a minified stack trace
+            sys.stderr.write("L" * int(params["long"]) + "\nafter the long line\n")
         sys.stderr.flush()
 
     s.init()

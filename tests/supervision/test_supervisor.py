@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from daemon import procs
-from daemon.supervisor import ChildProcess, ExitStatus, SpawnError, reap_orphans
+from daemon.supervisor import (
+    STDERR_LINE_CHARS,
+    ChildProcess,
+    ExitStatus,
+    SpawnError,
+    reap_orphans,
+)
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
 from tests.supervision.conftest import Spawn, alive, fake_env, gone, read_all, read_until, until
 
@@ -196,6 +202,17 @@ async def test_stderr_ring_is_bounded_and_redacted(spawn_fake: Spawn) -> None:
     assert len(tail.splitlines()) == 20
     assert "fake stderr line 499" in tail
     assert PLANTED_SECRET not in tail
+
+
+async def test_a_huge_stderr_line_is_cut_not_kept(spawn_fake: Spawn) -> None:
+    child = await spawn_fake("stderr lines=1 long=5000000")
+    await read_all(child)
+    await child.wait()
+    await child.output_closed()
+    assert child.stderr_lines_seen == 3
+    long_line, after = child.stderr_tail().splitlines()[1:]
+    assert long_line == "L" * STDERR_LINE_CHARS + " …[cut]"
+    assert after == "after the long line"
 
 
 async def test_stderr_secret_is_redacted_even_when_still_in_the_ring(spawn_fake: Spawn) -> None:
