@@ -2,7 +2,9 @@
 
 The child runs in a session of its own (``start_new_session``), so SIGTERM reaches its whole
 process group; what escaped the group (``setsid`` Bash commands, double-forked grandchildren) is
-found through the run marker in its environment (see ``daemon.procs``) and SIGKILLed.
+found through the run marker in its environment (``daemon.procs``) and, where a delegated cgroup
+v2 subtree exists, through the run's own cgroup (``daemon.cgroups``), and SIGKILLed. The same
+sweep runs after a normal exit: nothing a run started outlives it.
 
 stdout is handed out as raw chunks: splitting lines is the translator's ``LineSplitter`` job, so
 an oversized line costs a bounded buffer, never a crash. stderr is drained all the time (a child
@@ -24,15 +26,7 @@ from daemon import procs
 from daemon.cgroups import RunCgroup
 from daemon.procs import become_subreaper, reap_orphans, reap_orphans_forever
 from policy.environment import RUN_MARKER_VAR
-
-try:
-    from translator.redact import redact_text
-except ImportError:  # pragma: no cover - only before translator/redact.py exists
-
-    def redact_text(text: str) -> str:
-        """Placeholder until the translator's redaction lands: hide everything."""
-        return "[redacted]" if text else text
-
+from translator.redact import redact_text
 
 __all__ = [
     "RUN_MARKER_VAR",
