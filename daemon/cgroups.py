@@ -28,6 +28,7 @@ _RUN_ID: Final = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _PREFIX: Final = "codelegate-run-"
 # $1 is the cgroup.procs file; the rest is the real argv. Errors moving are ignored on purpose.
 _JOIN_AND_EXEC: Final = 'echo 0 2>/dev/null >"$1"; shift; exec "$@"'
+_SHELL: Final = "/bin/sh"
 
 _detected = False
 _base: str | None = None
@@ -80,8 +81,8 @@ def _probe(base: str) -> bool:
 def detect() -> str | None:
     """The cgroup under which run cgroups are made, or None (use the marker alone)."""
     mount, own = _cgroup2_mount(), _own_cgroup()
-    if mount is None or own is None:
-        return None
+    if mount is None or own is None or not os.access(_SHELL, os.X_OK):
+        return None  # without a shell to join the cgroup through, every spawn would fail
     base = os.path.normpath(os.path.join(mount, own.lstrip("/")))
     if not os.access(base, os.W_OK):
         return None
@@ -134,7 +135,7 @@ class RunCgroup:
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` started so that it joins this cgroup before it runs."""
-        return ["/bin/sh", "-c", _JOIN_AND_EXEC, "sh", self._file("cgroup.procs"), *argv]
+        return [_SHELL, "-c", _JOIN_AND_EXEC, "sh", self._file("cgroup.procs"), *argv]
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
