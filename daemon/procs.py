@@ -111,7 +111,15 @@ def _kill_if_marked(pid: int, entry: bytes, sig: int) -> bool:
     """
     try:
         pidfd = os.pidfd_open(pid)
-    except OSError:
+    except ProcessLookupError:
+        return False
+    except OSError:  # no pidfds (old kernel, seccomp): re-check and kill by pid, small race
+        try:
+            if _carries(_read_environ(pid), entry):
+                os.kill(pid, sig)
+                return True
+        except OSError:
+            pass
         return False
     try:
         if not _carries(_read_environ(pid), entry):

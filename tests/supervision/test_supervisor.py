@@ -290,3 +290,19 @@ async def test_leftovers_of_a_run_whose_supervisor_died_are_killed(
     if cgroup_path is not None:
         assert not os.path.exists(cgroup_path)  # noqa: ASYNC240 - one stat
         child.cgroup = None  # removed by kill_leftovers
+
+
+async def test_marked_processes_are_killed_without_pidfds_too(
+    spawn_fake: Spawn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_pidfd(pid: int) -> int:
+        raise PermissionError("pidfd_open refused by a seccomp filter")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    pidfile = tmp_path / "grandchild.pid"
+    # Out of the group and (cgroup=False) out of any run cgroup: only the marker finds it.
+    child = await spawn_fake(f"grandchild pidfile={pidfile} then=hang", cgroup=False)
+    grandchild = await _grandchild_pid(child, pidfile)
+    await child.terminate(grace=0.1)
+    assert procs.marked_pids(child.run_id) == []
+    assert not alive(grandchild)
