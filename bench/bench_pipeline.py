@@ -1,0 +1,271 @@
+"""The daemon pipeline under load (issue 7, benchmark 2).
+
+A fake CLI writes N tool lines (tool_use / tool_result alternating, each tool_use stamped with
+the time it was written) either as fast as it can or at a fixed rate; the daemon translates,
+stores and fans them out to K WebSocket subscribers following every run. Measured at a few
+"probe" subscribers (the rest are cheap byte sinks in a separate process, so that the client
+side does not steal the probes' CPU): frames/s, and line-to-client latency p50 / p99 / max (the
+time a tool_use line was written by the CLI to the time its tool_call frame reached a client).
+
+Baseline, in the same run: a plain asyncio pipe reader of the same fake CLI's stdout that
+decodes each line (no daemon at all). Overhead = daemon wall time / baseline wall time for the
+same N lines (first line written to last line delivered everywhere).
+
+Targets (DESIGN / issue 7): p99 <= 5 ms at 2,000 lines/s with 100 subscribers on 2 cores, and
+overhead <= 1.2x. Run with ``.venv/bin/python -m bench pipeline`` (``--quick`` for a short run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import msgspec
+
+from bench.harness import (
+    BASE,
+    FAKE_CLAUDE,
+    ServedDaemon,
+    cpu_seconds,
+    machine,
+    percentile,
+)
+
+P99_TARGET_MS = 5.0
+OVERHEAD_TARGET = 1.2
+PROBES = 4
+
+# A process holding K WebSocket connections that reads and discards bytes as fast as it can.
+_SINKS = r"""
+import asyncio, sys
+async def one(path):
+    r, w = await asyncio.open_unix_connection(path)
+    w.write(b"GET /v1/ws?run=* HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    await r.readuntil(b"\r\n\r\n")
+    return r
+async def main(path, n):
+    readers = [await one(path) for _ in range(n)]
+    print("ready", flush=True)
+    async def drain(r):
+        while await r.read(1 << 16):
+            pass
+    await asyncio.gather(*(drain(r) for r in readers))
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+class _Args(msgspec.Struct):
+    sent_at: float = 0.0
+
+
+class _Frame(msgspec.Struct):
+    type: str
+    args: _Args | None = None
+
+
+_decode_frame = msgspec.json.Decoder(_Frame).decode
+
+
+@dataclass
+class Result:
+    """One measured pass."""
+
+    label: str
+    lines: int
+    wall_s: float
+    frames: int
+    latencies_ms: list[float]
+    cpu_s: float = 0.0
+    dropped: int = 0
+
+    def row(self) -> str:
+        lat = self.latencies_ms
+        rate = self.frames / self.wall_s if self.wall_s else 0.0
+        extra = f"  daemon CPU {self.cpu_s * 1e6 / self.lines:6.1f} us/line" if self.cpu_s else ""
+        drops = f"  dropped {self.dropped}" if self.dropped else ""
+        return (
+            f"  {self.label:34} {self.wall_s:7.3f} s {rate:9.0f} frames/s  latency ms"
+            f" p50 {percentile(lat, 0.5):6.2f} p99 {percentile(lat, 0.99):7.2f}"
+            f" max {max(lat, default=float('nan')):7.2f}{extra}{drops}"
+        )
+
+
+def _tools_spec(n: int, rate: float) -> str:
+    return f"tools n={n} rate={rate:g}"
+
+
+async def baseline(n: int, rate: float) -> Result:
+    """The same fake CLI read by a plain asyncio pipe reader: decode every line, that is all."""
+    env = {"PATH": os.environ.get("PATH", ""), "FAKE_CLAUDE_SCENARIO": _tools_spec(n, rate)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        FAKE_CLAUDE,
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--session-id",
+        "00000000-0000-4000-8000-000000000000",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+        limit=1 << 24,
+    )
+    assert proc.stdout is not None
+    latencies: list[float] = []
+    first = last = 0.0
+    lines = 0
+    decode = msgspec.json.decode
+    while line := await proc.stdout.readline():
+        now = time.time()
+        obj = decode(line)
+        lines += 1
+        if obj.get("type") == "assistant":
+            for block in obj["message"]["content"]:
+                if block.get("type") == "tool_use":
+                    sent = block["input"]["sent_at"]
+                    first = first or sent
+                    latencies.append((now - sent) * 1000)
+        last = now
+    await proc.wait()
+    return Result(f"baseline (pipe reader) {_rate(rate)}", n, last - first, lines, latencies)
+
+
+def _rate(rate: float) -> str:
+    return f"@ {rate:g} lines/s" if rate else "@ max"
+
+
+async def _probe(ws: aiohttp.ClientWebSocketResponse, out: list[tuple[float, float]]) -> float:
+    """Read frames until run_result; (receive time, sent_at) for tool_calls; last receive time."""
+    last = 0.0
+    async for msg in ws:
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            break
+        now = time.time()
+        frame = _decode_frame(msg.data)
+        last = now
+        if frame.type == "tool_call" and frame.args is not None:
+            out.append((now, frame.args.sent_at))
+        elif frame.type == "run_result":
+            return last
+    return last
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _start_sinks(socket_path: str, n: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _SINKS, socket_path, str(n)], stdout=subprocess.PIPE
+    )
+
+
+async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int) -> Result:
+    """N lines through the daemon to ``subscribers`` clients following every run."""
+    assert d.http is not None
+    sinks = _start_sinks(d.socket, subscribers - PROBES) if subscribers > PROBES else None
+    if sinks is not None:
+        assert sinks.stdout is not None
+        ready = await asyncio.get_running_loop().run_in_executor(None, sinks.stdout.readline)
+        assert ready.strip() == b"ready", ready
+    probes = [
+        await d.http.ws_connect(f"{BASE}/v1/ws?run=*", max_msg_size=0)
+        for _ in range(min(PROBES, subscribers))
+    ]
+    dropped0 = _metric(await d.get("/metrics"), "codelegate_subscribers_dropped_total")
+    cpu0 = cpu_seconds(d.pid)
+    samples: list[list[tuple[float, float]]] = [[] for _ in probes]
+    readers = [asyncio.ensure_future(_probe(ws, s)) for ws, s in zip(probes, samples, strict=True)]
+    run_id = await d.start_run("fake: " + _tools_spec(n, rate))
+    ends = await asyncio.gather(*readers)
+    cpu = cpu_seconds(d.pid) - cpu0
+    state = await d.get(f"/v1/runs/{run_id}")
+    dropped = _metric(await d.get("/metrics"), "codelegate_subscribers_dropped_total") - dropped0
+    for ws in probes:
+        await ws.close()
+    if sinks is not None:
+        sinks.terminate()
+        sinks.wait()
+    first_sent = min(s for probe in samples for _, s in probe)
+    latencies = [(now - sent) * 1000 for probe in samples for now, sent in probe]
+    label = f"daemon, {subscribers} subscribers {_rate(rate)}"
+    result = Result(label, n, max(ends) - first_sent, int(state["last_seq"]), latencies, cpu)
+    result.dropped = int(dropped)
+    return result
+
+
+async def run(args: argparse.Namespace) -> int:
+    print(f"machine: {machine()}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"each pass {args.rounds} rounds; the round with the median daemon p99 is shown")
+    verdict: tuple[Result, Result] | None = None
+    async with ServedDaemon(limits={"subscriber_queue": args.queue}) as d:
+        await through_daemon(d, 200, 0, 1)  # warm-up: imports, caches, the store's first pages
+        for rate, k in (
+            (0, 1),
+            (0, args.subscribers),
+            (args.rate, 1),
+            (args.rate, args.subscribers),
+        ):
+            n = args.lines if rate else args.lines_max
+            rounds = []
+            for _ in range(args.rounds):
+                base = await baseline(n, rate)
+                ours = await through_daemon(d, n, rate, k)
+                rounds.append((base, ours))
+            rounds.sort(key=lambda r: percentile(r[1].latencies_ms, 0.99))
+            base, ours = rounds[len(rounds) // 2]
+            print(base.row())
+            print(ours.row())
+            p99s = ", ".join(f"{percentile(o.latencies_ms, 0.99):.2f}" for _, o in rounds)
+            print(
+                f"    overhead (wall time daemon / baseline): {ours.wall_s / base.wall_s:.2f}x;"
+                f" daemon p99 of every round (ms): {p99s}"
+            )
+            verdict = (base, ours)
+    assert verdict is not None
+    base, target = verdict
+    p99 = percentile(target.latencies_ms, 0.99)
+    overhead = target.wall_s / base.wall_s
+    ok = p99 <= P99_TARGET_MS and overhead <= OVERHEAD_TARGET and target.dropped == 0
+    print(
+        f"target @ {args.rate:g} lines/s, {args.subscribers} subscribers: p99 {p99:.2f} ms"
+        f" (<= {P99_TARGET_MS}), overhead {overhead:.2f}x (<= {OVERHEAD_TARGET}),"
+        f" dropped {target.dropped} -> {'met' if ok else 'MISSED'}"
+    )
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and the verdict; exit 1 when a target is missed."""
+    parser = argparse.ArgumentParser(prog="python -m bench pipeline")
+    parser.add_argument("--rate", type=float, default=2000.0)
+    parser.add_argument("--lines", type=int, default=10_000, help="lines of the paced passes")
+    parser.add_argument("--lines-max", type=int, default=4_000, help="lines of the max passes")
+    parser.add_argument("--subscribers", type=int, default=100)
+    parser.add_argument("--queue", type=int, default=1024, help="[limits] subscriber_queue")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="fewer lines, one round")
+    args, _ = parser.parse_known_args(argv or [])
+    if args.quick:
+        args.lines, args.lines_max, args.rounds = 2_000, 1_000, 1
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.run(run(args))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
