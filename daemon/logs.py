@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 import structlog
@@ -33,8 +33,11 @@ def _render(obj: Any, **_kwargs: Any) -> str:
     return _encoder.encode(obj).decode()
 
 
-def configure(*, level: str = "info", json: bool = True) -> None:
-    """Configure structlog (and stdlib logging, for aiohttp's own messages) once, at start-up."""
+def configure(*, level: str = "info", json: bool = True, stream: TextIO | None = None) -> None:
+    """Configure structlog (and stdlib logging, for aiohttp's own messages) once, at start-up.
+
+    Lines go to ``stream`` (default: stdout, which journald collects).
+    """
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_render)
         if json
@@ -52,7 +55,7 @@ def configure(*, level: str = "info", json: bool = True) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout if stream is None else stream),
         cache_logger_on_first_use=True,
     )
     # aiohttp logs through stdlib logging: send it to stderr at WARNING, without access logs.

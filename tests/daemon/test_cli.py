@@ -90,13 +90,14 @@ def test_load_config_defaults_use_the_env_cli(
 
 
 @pytest.fixture
-def json_logs() -> Iterator[None]:
-    logs.configure(level="info")
-    yield
+def log_stream() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    logs.configure(level="info", stream=stream)
+    yield stream
     structlog.reset_defaults()
 
 
-def test_logs_are_json_and_redacted(json_logs: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:
     log = structlog.get_logger("t")
     structlog.contextvars.bind_contextvars(run_id="r-1")
     try:
@@ -105,12 +106,14 @@ def test_logs_are_json_and_redacted(json_logs: None, capsys: pytest.CaptureFixtu
             error=f"env says ANTHROPIC_API_KEY={PLANTED_SECRET}",
             headers={"Authorization": "Bearer abc.def.ghi"},
         )
+        log.debug("not_shown")
     finally:
         structlog.contextvars.clear_contextvars()
-    line = capsys.readouterr().out.strip().splitlines()[-1]
-    event = json.loads(line)
+    lines = log_stream.getvalue().strip().splitlines()
+    assert len(lines) == 1
+    event = json.loads(lines[0])
     assert event["event"] == "spawn_failed"
     assert event["run_id"] == "r-1"
     assert event["level"] == "info"
-    assert PLANTED_SECRET not in line
-    assert "abc.def.ghi" not in line
+    assert PLANTED_SECRET not in lines[0]
+    assert "abc.def.ghi" not in lines[0]
