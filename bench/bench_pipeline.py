@@ -48,15 +48,16 @@ async def one(path):
     r, w = await asyncio.open_unix_connection(path)
     w.write(b"GET /v1/ws?run=* HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-    await r.readuntil(b"\r\n\r\n")
-    return r
+    head = await r.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return r, w  # keep the writer: dropping it closes the connection
 async def main(path, n):
-    readers = [await one(path) for _ in range(n)]
+    conns = [await one(path) for _ in range(n)]
     print("ready", flush=True)
     async def drain(r):
         while await r.read(1 << 16):
             pass
-    await asyncio.gather(*(drain(r) for r in readers))
+    await asyncio.gather(*(drain(r) for r, _ in conns))
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
@@ -182,7 +183,10 @@ async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int)
         await d.http.ws_connect(f"{BASE}/v1/ws?run=*", max_msg_size=0)
         for _ in range(min(PROBES, subscribers))
     ]
-    dropped0 = _metric(await d.get("/metrics"), "codelegate_subscribers_dropped_total")
+    metrics = await d.get("/metrics")
+    attached = _metric(metrics, "codelegate_subscribers")
+    assert attached == subscribers, f"{attached} subscribers attached, not {subscribers}"
+    dropped0 = _metric(metrics, "codelegate_subscribers_dropped_total")
     cpu0 = cpu_seconds(d.pid)
     samples: list[list[tuple[float, float]]] = [[] for _ in probes]
     readers = [asyncio.ensure_future(_probe(ws, s)) for ws, s in zip(probes, samples, strict=True)]

@@ -84,7 +84,8 @@ def percentile(values: list[float], q: float) -> float:
 class ServedDaemon:
     """``codelegate serve`` in a child process, with an HTTP client over its socket."""
 
-    def __init__(self, **sections: dict[str, Any]) -> None:
+    def __init__(self, *, profile: str | None = None, **sections: dict[str, Any]) -> None:
+        self.profile = profile  # write a cProfile of the daemon there (at its clean exit)
         self.tmp = Path(tempfile.mkdtemp(prefix="clbench-"))
         self.workspace = self.tmp / "ws"
         self.workspace.mkdir()
@@ -109,7 +110,8 @@ class ServedDaemon:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp)}
-        argv = [sys.executable, "-m", "daemon.cli", "serve", "--config", str(self.config)]
+        prof = ["-m", "cProfile", "-o", self.profile] if self.profile else []
+        argv = [sys.executable, *prof, "-m", "daemon.cli", "serve", "--config", str(self.config)]
         return subprocess.Popen(
             [*argv, "--log-level", "warning"],
             cwd=ROOT,
