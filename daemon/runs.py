@@ -75,6 +75,7 @@ class RunManager:
         self._metrics = metrics
         self._environ = dict(os.environ if environ is None else environ)
         self._limits = translator_limits(config)
+        self._keep_frames = config.limits.replay_frames
         self._active: dict[str, Run] = {}
         self._recent: OrderedDict[str, Run] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -111,6 +112,14 @@ class RunManager:
     ) -> Literal["unknown", "live", "finished"]:
         """Queue the frames of ``run_id`` after ``after`` and, if it is live, follow it."""
         run = self.get(run_id)
+        if run is not None and run.log and run.log[0].seq > after + 1:
+            # The start of a long run's log was trimmed from memory: read that part from the
+            # store (it also answers for frames not written yet), then continue from memory
+            # after the last seq it returned, without a further await.
+            older = await self._store.frames_after(run_id, after)
+            head = [Delivery(run_id, after + 1 + i, data) for i, data in enumerate(older)]
+            after += len(head)
+            sub.replay(head)
         if run is not None:
             snapshot = [d for d in run.log if d.seq > after]
             if run.done.is_set() or (run.log and run.log[-1].last):
@@ -257,6 +266,9 @@ class RunManager:
             if isinstance(frame, Diagnostic):
                 self._metrics.diagnostics[frame.code] += frame.count
         run.log.extend(batch)
+        if len(run.log) > self._keep_frames + self._keep_frames // 4:
+            # Bound memory per run; older frames are replayed from the store (see subscribe).
+            del run.log[: len(run.log) - self._keep_frames]
         self._hub.publish_batch(run.run_id, batch)
 
     async def _pump(self, run: Run, child: ChildProcess) -> None:

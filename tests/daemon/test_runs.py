@@ -296,3 +296,31 @@ async def test_lagging_websocket_is_closed_and_resumes_with_after(
             assert "codelegate_subscribers_dropped_total 1" in await metrics.text()
     finally:
         await stop_daemon(d)
+
+
+async def test_long_runs_keep_a_bounded_log_and_replay_the_rest_from_the_store(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    from daemon.app import STATE
+    from tests.daemon.conftest import make_config
+
+    config = make_config(short_dir, workspace, limits={"replay_frames": 100})
+    d = await start_daemon(config, tmp_path)
+    try:
+        async with d.ws("?run=*") as first:
+            resp = await d.post_run("fake: tools n=1200 rate=1500")
+            run_id = (await resp.json())["run_id"]
+            while (await next_frame(first))["seq"] < 400:
+                pass
+            manager = d.handle.app[STATE].manager
+            assert manager is not None
+            run = manager.get(run_id)
+            assert run is not None
+            assert run.log[0].seq > 1  # trimmed while live
+            async with d.ws(f"?run={run_id}&after=0") as late:
+                joined = await frames_until_result(late)
+        assert [f["seq"] for f in joined] == list(range(1, joined[-1]["seq"] + 1))
+        assert await d.events(run_id) == joined
+        assert len(run.log) <= 125
+    finally:
+        await stop_daemon(d)
