@@ -1,0 +1,136 @@
+"""Time from a cancel request to the last process of the run gone (issue 7, benchmark 4).
+
+For three kinds of run — a CLI that stops on SIGTERM, one that ignores SIGTERM, and one whose
+tool left a double-forked setsid grandchild that ignores SIGTERM — the run is started on a
+served daemon, ``POST /v1/runs/{id}/cancel`` is sent, and /proc is polled (every 2 ms) until no
+process carries the run's marker. Also timed: until the run's state says it ended.
+
+Baseline, in the same run: the same fake CLI started directly in its own session and killed
+with SIGKILL to its group — the floor of "gone" on this machine (kernel teardown + polling).
+Target: <= cancel grace + 1 s. Run with ``.venv/bin/python -m bench cancel``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import sys
+import time
+import uuid
+
+from bench.harness import FAKE_CLAUDE, ServedDaemon, machine, marked_pids
+
+SCENARIOS = {
+    "stops on SIGTERM": "fake: hang after=init",
+    "ignores SIGTERM": "fake: ignore_term",
+    "setsid grandchild": "fake: grandchild then=hang",
+}
+POLL_S = 0.002
+
+
+async def _gone(run_id: str, limit_s: float = 60.0) -> float:
+    """Seconds until no process carries the run's marker (polled)."""
+    start = time.monotonic()
+    while marked_pids(run_id):
+        if time.monotonic() - start > limit_s:
+            raise RuntimeError(f"processes of {run_id} still alive after {limit_s} s")
+        await asyncio.sleep(POLL_S)
+    return time.monotonic() - start
+
+
+async def _until_live(run_id: str, want: int) -> None:
+    for _ in range(5000):
+        if len(marked_pids(run_id)) >= want:
+            return
+        await asyncio.sleep(0.005)
+    raise RuntimeError("the run never started its processes")
+
+
+async def baseline(scenario: str) -> float:
+    """SIGKILL to the group of a directly started fake CLI; seconds until its marked processes
+    (the group; an escaped grandchild is not in it and is killed by marker too) are gone."""
+    run_id = "bench-" + uuid.uuid4().hex
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "CODELEGATE_RUN_ID": run_id,
+        "FAKE_CLAUDE_SCENARIO": scenario.removeprefix("fake: "),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        FAKE_CLAUDE,
+        "-p",
+        "--session-id",
+        str(uuid.uuid4()),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    await _until_live(run_id, 2 if "grandchild" in scenario else 1)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in marked_pids(run_id):
+        os.kill(pid, signal.SIGKILL)
+    await proc.wait()
+    await _gone(run_id)
+    return time.monotonic() - start
+
+
+async def cancel_once(d: ServedDaemon, task: str) -> tuple[float, float]:
+    """(seconds to the last process gone, seconds to the run's state ended)."""
+    run_id = await d.start_run(task)
+    await _until_live(run_id, 2 if "grandchild" in task else 1)
+    for _ in range(1000):  # the card is open: the CLI is really into its run
+        if (await d.get(f"/v1/runs/{run_id}"))["last_seq"] >= 1:
+            break
+        await asyncio.sleep(0.005)
+    start = time.monotonic()
+    await d.post(f"/v1/runs/{run_id}/cancel")
+    gone = await _gone(run_id)
+    for _ in range(30_000):
+        if (await d.get(f"/v1/runs/{run_id}"))["status"] != "running":
+            break
+        await asyncio.sleep(POLL_S)
+    ended = time.monotonic() - start
+    return gone, ended
+
+
+async def run(args: argparse.Namespace) -> int:
+    print(f"machine: {machine()}")
+    target = args.grace + 1.0
+    print(f"cancel grace {args.grace:g} s; target <= {target:g} s; {args.rounds} rounds each")
+    worst = 0.0
+    async with ServedDaemon(policy={"cancel_grace_s": args.grace}) as d:
+        for name, task in SCENARIOS.items():
+            floor = statistics.median([await baseline(task) for _ in range(args.rounds)])
+            results = [await cancel_once(d, task) for _ in range(args.rounds)]
+            gone = [g for g, _ in results]
+            ended = [e for _, e in results]
+            worst = max(worst, *gone)
+            print(
+                f"  {name:18} last process gone: median {statistics.median(gone):6.3f} s,"
+                f" max {max(gone):6.3f} s; state ended: median {statistics.median(ended):6.3f} s;"
+                f" baseline SIGKILL floor {floor * 1000:6.1f} ms;"
+                f" max / target = {max(gone) / target:.2f}"
+            )
+    ok = worst <= target
+    print(f"target: worst {worst:.3f} s <= {target:g} s -> {'met' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and the verdict; exit 1 when the target is missed."""
+    parser = argparse.ArgumentParser(prog="python -m bench cancel")
+    parser.add_argument("--grace", type=float, default=2.0, help="[policy] cancel_grace_s")
+    parser.add_argument("--rounds", type=int, default=3)
+    args, _ = parser.parse_known_args(argv or [])
+    if "--quick" in (argv or []):
+        args.rounds, args.grace = 1, 1.0
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
