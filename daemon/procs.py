@@ -150,46 +150,45 @@ async def kill_run(
     limit_s: float = 5.0,
     poll: float = 0.02,
 ) -> tuple[int, list[int]]:
-    """SIGKILL the group and cgroup (if given) and every process carrying the run's marker,
-    until none is left.
+    """SIGKILL the group (if given), the run's cgroup and every process carrying the run's
+    marker, until none is left.
 
-    Killed processes can no longer fork, so repeated sweeps converge; a child forked between a
-    scan and the kill is caught by the next sweep. Bounded by ``limit_s``. Returns (number of
-    distinct processes other than ``leader`` signalled, pids still alive at the deadline).
+    Without ``cgroup``, a cgroup of the run still on disk (left by a daemon that died) is found,
+    killed and removed too. Killed processes can no longer fork, so repeated sweeps converge; a
+    child forked between a scan and the kill is caught by the next sweep. Bounded by
+    ``limit_s``. Returns (number of distinct processes other than ``leader`` signalled, pids
+    still alive at the deadline).
     """
     entry = marker_entry(run_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
     signalled: set[int] = set()
+    leftover = RunCgroup.existing(run_id) if cgroup is None else None
+    group = cgroup or leftover
     if pgid is not None:  # once: later the pgid may be recycled; members carry the marker
         signal_group(pgid, signal.SIGKILL)
     while True:
-        if cgroup is not None:
-            signalled.update(cgroup.kill())
+        if group is not None:
+            signalled.update(group.kill())
         # A /proc scan is quick but does file I/O on every process: keep it off the loop.
         left = await asyncio.to_thread(marked_pids, run_id)
         for pid in left:
             if _kill_if_marked(pid, entry, signal.SIGKILL):
                 signalled.add(pid)
         reap_orphans()
-        busy = bool(left) or (cgroup is not None and cgroup.populated())
+        busy = bool(left) or (group is not None and group.populated())
         if not busy or loop.time() >= deadline:
+            if leftover is not None:
+                leftover.remove()
             signalled.discard(leader or 0)
             return len(signalled), left
         await asyncio.sleep(poll)  # let the kernel finish tearing the killed processes down
 
 
 async def kill_leftovers(run_id: str, *, limit_s: float = 5.0) -> tuple[int, list[int]]:
-    """Kill what a run left behind when the daemon supervising it died (start-up recovery).
-
-    The marker finds its orphans whoever their parent is now, and the run's cgroup, if one was
-    made and is still there, is killed and removed. Same result as :func:`kill_run`.
-    """
-    group = RunCgroup.existing(run_id)
-    killed, left = await kill_run(run_id, cgroup=group, limit_s=limit_s)
-    if group is not None:
-        group.remove()
-    return killed, left
+    """Kill what a run left behind when the daemon supervising it died (start-up recovery):
+    its orphans by marker, whoever their parent is now, and its cgroup if still there."""
+    return await kill_run(run_id, limit_s=limit_s)
 
 
 def register_child(pid: int) -> None:
