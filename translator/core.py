@@ -87,6 +87,7 @@ class Translator:
 
     def __init__(self, ctx: RunContext, limits: Limits | None = None) -> None:
         self.ctx = ctx
+        self._run_id = ctx.run_id
         self.limits = limits = limits or Limits()
         self.seq = 0
         self.session_id: str | None = ctx.session_id
@@ -420,7 +421,11 @@ class Translator:
         if not use_id:
             self._count("malformed_line")
             return
-        reason = wire.text(event.message) or wire.text(event.decision_reason) or "permission denied"
+        # The CLI's message is a long fixed preamble, then what needed approval and why: keep
+        # that part (the whole message is the tool_result's text anyway).
+        message = wire.text(event.message) or ""
+        specific = message.partition("What required approval:")[2].strip()
+        reason = specific or wire.text(event.decision_reason) or message or "permission denied"
         card = self._cards.get(use_id)
         if card is not None:
             card.denied = reason
@@ -599,10 +604,11 @@ class Translator:
 
     def _frame(self, frame_type: type[Frame], /, **fields: object) -> None:
         self.seq = seq = self.seq + 1
+        run_id = self._run_id
         self._out.append(
             frame_type(
-                id=frame_id(self.ctx.run_id, seq),
-                run_id=self.ctx.run_id,
+                id=frame_id(run_id, seq),
+                run_id=run_id,
                 seq=seq,
                 ts=self._now,
                 provider=PROVIDER,

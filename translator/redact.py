@@ -14,6 +14,7 @@ with ``[``), which is what keeps redaction idempotent on cut output.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
 MASK: Final = "[redacted]"
@@ -139,17 +140,20 @@ def _spans(text: str) -> list[tuple[int, int]]:
     matches = _SECRET.finditer(low) if same else _SECRET_ANYCASE.finditer(text)
     spans: list[tuple[int, int]] = []
     for match in matches:
-        group = match.lastindex or 0
-        start, end = match.span(group)
-        if start == end:
-            continue
-        head = low[start : start + 4]
-        if head in ("akia", "asia") and not text[start:end].isupper():
-            continue
-        # A generic sk- key must stand alone; sk-ant- keys are distinctive enough anywhere.
-        glued = start and text[start - 1].isalnum() and not low.startswith("sk-ant-", start)
-        if head[:3] == "sk-" and glued:
-            continue
+        group = match.lastindex
+        if group is not None:  # a NAME=value or Bearer value
+            start, end = match.span(group)
+            if start == end:
+                continue
+        else:  # a token shape, masked whole
+            start, end = match.span()
+            head = low[start : start + 4]
+            if head in ("akia", "asia") and not text[start:end].isupper():
+                continue
+            # A generic sk- key must stand alone; sk-ant- keys are distinctive enough anywhere.
+            glued = start and text[start - 1].isalnum() and not low.startswith("sk-ant-", start)
+            if head[:3] == "sk-" and glued:
+                continue
         spans.append((start, end))
     return spans
 
@@ -193,7 +197,7 @@ def redact_value(value: Any) -> Any:
 
 
 # How far past a bound a text is redacted before it is cut, and how much of that is dropped.
-_MARGIN: Final = 1024
+_MARGIN: Final = 512
 _UNSURE: Final = 256
 
 
@@ -202,10 +206,13 @@ def cut_marker(cut_bytes: int) -> str:
     return f"[...{cut_bytes} bytes cut]"
 
 
-def bound_text(text: str, limit: int, *, dropped: int = 0) -> str:
+def bound_text(
+    text: str, limit: int, *, dropped: int = 0, settle: Callable[[str], str] | None = None
+) -> str:
     """``text`` cut to at most ``limit`` UTF-8 bytes, marker included, on a character boundary.
 
     ``dropped`` counts bytes already removed before this call, so that the marker stays true.
+    ``settle`` (redaction) is applied again to what a cut keeps: see :func:`_settle`.
     """
     # Fast path: a str of n characters never encodes to more than 4n bytes.
     if not dropped and len(text) * 4 <= limit:
@@ -215,45 +222,72 @@ def bound_text(text: str, limit: int, *, dropped: int = 0) -> str:
         return text
     total = len(raw) + dropped
     room = max(limit - len(cut_marker(total)), 0)
-    # Step back over UTF-8 continuation bytes (10xxxxxx) to land on a character's first byte.
-    while room and room < len(raw) and raw[room] & 0xC0 == 0x80:
-        room -= 1
-    room = min(room, len(raw))
-    kept = raw[:room].decode("utf-8", "surrogatepass")
-    marker = cut_marker(total - room)
+    kept = _byte_prefix(raw, room)
+    if settle is not None:
+        kept = _settle(
+            kept, settle, lambda s: _byte_prefix(s.encode("utf-8", "surrogatepass"), room)
+        )
+    marker = cut_marker(total - len(kept.encode("utf-8", "surrogatepass")))
     return (kept + marker) if len(marker) <= limit else kept
 
 
-def bound_chars(text: str, limit: int, *, dropped: int = 0) -> str:
+def _byte_prefix(raw: bytes, room: int) -> str:
+    # Step back over UTF-8 continuation bytes (10xxxxxx) to land on a character's first byte.
+    while room and room < len(raw) and raw[room] & 0xC0 == 0x80:
+        room -= 1
+    return raw[:room].decode("utf-8", "surrogatepass")
+
+
+def _settle(kept: str, settle: Callable[[str], str], recut: Callable[[str], str]) -> str:
+    # A cut can leave the start of kept text right after a "NAME=" ("password=Bearer [redacted]"
+    # cut to "password=B"): redacting the kept part again makes cleaning idempotent. Masks
+    # only grow, so a few rounds settle it; if not, keep nothing rather than something unsure.
+    for _ in range(4):
+        again = settle(kept)
+        if again == kept:
+            return kept
+        kept = recut(again)
+    return ""
+
+
+def bound_chars(
+    text: str, limit: int, *, dropped: int = 0, settle: Callable[[str], str] | None = None
+) -> str:
     """``text`` cut to at most ``limit`` characters, marker included (O Chat cuts at 240)."""
     if not dropped and len(text) <= limit:
         return text
     total = len(text) + dropped
     room = min(max(limit - len(f"[...{total} chars cut]"), 0), len(text))
-    marker = f"[...{total - room} chars cut]"
-    return text[:room] + marker if len(marker) <= limit else text[:limit]
+    marker = f"[...{total} chars cut]"
+    if len(marker) > limit:
+        room = limit  # no room for a marker: just the start
+    kept = text[:room]
+    if settle is not None:
+        kept = _settle(kept, settle, lambda s: s[:room])
+    marker = f"[...{total - len(kept)} chars cut]"
+    return kept + marker if len(kept) + len(marker) <= limit else kept
 
 
 def clean_text(text: str, limit: int) -> str:
     """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
     precut = limit + _MARGIN
     if len(text) <= precut:
-        return bound_text(redact_text(text), limit)
+        return bound_text(redact_text(text), limit, settle=redact_text)
     # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
     # character is at least a byte). A secret cut off at the end of the head might be too short
     # to be recognised: the head's last characters are dropped after redaction.
     red = redact_text(text[:precut])[:-_UNSURE]
     dropped = len(text.encode("utf-8", "surrogatepass")) - len(red.encode("utf-8", "surrogatepass"))
-    return bound_text(red, limit, dropped=dropped)
+    return bound_text(red, limit, dropped=dropped, settle=redact_text)
 
 
 def clean_chars(text: str, limit: int) -> str:
     """Redacted, then bounded to ``limit`` characters (assistant text, card titles)."""
     precut = limit + _MARGIN
     if len(text) <= precut:
-        return bound_chars(redact_text(text), limit)
+        return bound_chars(redact_text(text), limit, settle=redact_text)
     red = redact_text(text[:precut])[:-_UNSURE]
-    return bound_chars(red, limit, dropped=len(text) - len(red))
+    return bound_chars(red, limit, dropped=len(text) - len(red), settle=redact_text)
 
 
 def clean_value(value: Any, *, string_bytes: int, depth: int = 6, items: int = 64) -> Any:

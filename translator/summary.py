@@ -7,6 +7,7 @@ characters by the caller. Activity texts never do: O Chat accepts only the allow
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from typing import Any, Final
 
 from translator.frames import ActivityKind, ActivityStatus
@@ -98,32 +99,82 @@ def tool_title(tool: str, args: Any, cwd: str) -> str:
     """A short human title: ``Read src/app.py``, ``Run: pytest -q``, ``Search "TODO" in src``."""
     if not isinstance(args, dict):
         return tool
-    path = relative_path(_text(args, "file_path") or _text(args, "notebook_path"), cwd)
+    title = _TITLES.get(tool)
+    return (title(args, cwd) or tool) if title is not None else tool
+
+
+def _path(args: dict[str, Any], cwd: str) -> str:
+    return relative_path(_text(args, "file_path") or _text(args, "notebook_path"), cwd)
+
+
+def _where(args: dict[str, Any], cwd: str) -> str:
     where = relative_path(_text(args, "path"), cwd)
-    in_where = f" in {where}" if where else ""
-    if tool == "Read" and path:
-        return f"Read {path}"
-    if tool == "Write" and path:
-        return f"Write {path}"
-    if tool in FILE_CHANGE_TOOLS and path:
-        return f"Edit {path}"
-    if tool == "Bash" and _text(args, "command"):
-        return f"Run: {_one_line(_text(args, 'command'))}"
-    if tool == "Grep" and _text(args, "pattern"):
-        return f'Search "{_text(args, "pattern")}"{in_where}'
-    if tool == "Glob" and _text(args, "pattern"):
-        return f"Find {_text(args, 'pattern')}{in_where}"
-    if tool == "LS" and where:
-        return f"List {where}"
-    if tool == "WebFetch" and _text(args, "url"):
-        return f"Fetch {_text(args, 'url')}"
-    if tool == "WebSearch" and _text(args, "query"):
-        return f'Search the web for "{_text(args, "query")}"'
-    if tool in SUBAGENT_TOOLS and _text(args, "description"):
-        return f"{tool}: {_one_line(_text(args, 'description'))}"
-    if tool == "TodoWrite":
-        return "Update the to-do list"
-    return tool
+    return f" in {where}" if where else ""
+
+
+def _verb(verb: str) -> Callable[[dict[str, Any], str], str]:
+    def title(args: dict[str, Any], cwd: str) -> str:
+        path = _path(args, cwd)
+        return f"{verb} {path}" if path else ""
+
+    return title
+
+
+def _run(args: dict[str, Any], cwd: str) -> str:
+    command = _text(args, "command")
+    return f"Run: {_one_line(command)}" if command else ""
+
+
+def _grep(args: dict[str, Any], cwd: str) -> str:
+    pattern = _text(args, "pattern")
+    return f'Search "{pattern}"{_where(args, cwd)}' if pattern else ""
+
+
+def _glob(args: dict[str, Any], cwd: str) -> str:
+    pattern = _text(args, "pattern")
+    return f"Find {pattern}{_where(args, cwd)}" if pattern else ""
+
+
+def _ls(args: dict[str, Any], cwd: str) -> str:
+    where = relative_path(_text(args, "path"), cwd)
+    return f"List {where}" if where else ""
+
+
+def _fetch(args: dict[str, Any], cwd: str) -> str:
+    url = _text(args, "url")
+    return f"Fetch {url}" if url else ""
+
+
+def _web(args: dict[str, Any], cwd: str) -> str:
+    query = _text(args, "query")
+    return f'Search the web for "{query}"' if query else ""
+
+
+def _subagent(tool: str) -> Callable[[dict[str, Any], str], str]:
+    def title(args: dict[str, Any], cwd: str) -> str:
+        description = _text(args, "description")
+        return f"{tool}: {_one_line(description)}" if description else ""
+
+    return title
+
+
+# One function per tool, so that a title costs only the fields that tool has.
+_TITLES: Final[dict[str, Callable[[dict[str, Any], str], str]]] = {
+    "Read": _verb("Read"),
+    "Write": _verb("Write"),
+    "Edit": _verb("Edit"),
+    "MultiEdit": _verb("Edit"),
+    "NotebookEdit": _verb("Edit"),
+    "Bash": _run,
+    "Grep": _grep,
+    "Glob": _glob,
+    "LS": _ls,
+    "WebFetch": _fetch,
+    "WebSearch": _web,
+    "Task": _subagent("Task"),
+    "Agent": _subagent("Agent"),
+    "TodoWrite": lambda args, cwd: "Update the to-do list",
+}
 
 
 def changed_path(tool: str, args: Any, cwd: str) -> str | None:

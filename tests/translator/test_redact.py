@@ -172,18 +172,42 @@ def test_cleaning_is_idempotent_and_bounded(text: str, limit: int) -> None:
     assert clean_chars(chars, limit) == chars
 
 
-@settings(max_examples=200)
-@given(
-    st.lists(
-        st.sampled_from(["password=", "Bearer ", "sk-ant-", "x" * 9, "é", " ", "AKIA", "[", "\n"]),
-        max_size=60,
-    ),
-    st.integers(8, 120),
+PIECES = st.sampled_from(
+    [
+        "password=",
+        "Bearer ",
+        "token: ",
+        "sk-ant-",
+        "ghp_",
+        "AKIA",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "x" * 9,
+        "x" * 90,
+        "abcdefghij",
+        "é",
+        " ",
+        "[",
+        "\n",
+        '"',
+        "'",
+        "=",
+    ]
 )
+
+
+@settings(max_examples=400)
+@given(st.lists(PIECES, max_size=200), st.integers(1, 300))
 def test_cleaning_secretish_text_is_idempotent(parts: list[str], limit: int) -> None:
-    once = clean_text("".join(parts), limit)
+    # Cuts can leave the start of kept text after a "NAME=": cleaning must settle it anyway.
+    text = "".join(parts)
+    once = clean_text(text, limit)
     assert len(once.encode()) <= limit
     assert clean_text(once, limit) == once
+    chars = clean_chars(text, limit)
+    assert len(chars) <= limit
+    assert clean_chars(chars, limit) == chars
+    value = clean_value({"a": text, "password": text, "l": [text]}, string_bytes=limit)
+    assert clean_value(value, string_bytes=limit) == value
 
 
 def test_bound_text_cuts_on_a_character_boundary_with_a_marker() -> None:
@@ -251,3 +275,16 @@ def test_key_cache_is_bounded() -> None:
 def test_key_text_cache_is_bounded() -> None:
     cleaned = clean_value({f"name_{i}": i for i in range(5000)}, string_bytes=100, items=6000)
     assert cleaned["name_4999"] == 4999
+
+
+def test_a_value_that_starts_like_a_key_id_is_still_masked() -> None:
+    # Found by Hypothesis: the AWS-shape check must not apply to a NAME=value's value.
+    assert redact_text("password=AKIApassword") == "password=[redacted]"
+    assert redact_text("token=sk-abcdefghijklmnopqrstuvwxyz") == "token=[redacted]"
+    assert redact_text("akiaabcdefghijklmnopq") == "akiaabcdefghijklmnopq"
+    assert redact_text("xsk-abcdefghijklmnopqrstuvwxyz") == "xsk-abcdefghijklmnopqrstuvwxyz"
+
+
+def test_a_cut_that_never_settles_keeps_nothing_of_the_text() -> None:
+    out = bound_text("a" * 100, 30, settle=lambda text: text + "!")
+    assert out == "[...100 bytes cut]"
