@@ -46,7 +46,6 @@ async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int
         result = translator.result
         status = result.status if result is not None else "interrupted"
         try:
-            await store.flush()
             await store.finish_run(
                 rec.run_id,
                 status,

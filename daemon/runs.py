@@ -101,11 +101,12 @@ class RunManager:
 
     async def recent(self, limit: int) -> list[dict[str, Any]]:
         """Recent runs, newest first, with live state for the active ones."""
-        out = []
+        states = {r.run_id: r.state() for r in self._active.values()}  # stored or not yet
         for rec in await self._store.list_runs(limit):
             run = self.get(rec.run_id)
-            out.append(run.state() if run is not None else record_state(rec))
-        return out
+            states[rec.run_id] = run.state() if run is not None else record_state(rec)
+        ordered = sorted(states.values(), key=lambda s: -float(s["created_at"]))
+        return ordered[:limit]
 
     async def subscribe(
         self, sub: Subscriber, run_id: str, after: int
@@ -199,29 +200,9 @@ class RunManager:
             translator=Translator(ctx, self._limits),
             plan=plan,
         )
+        # From here on nothing awaits: a caller that hangs up cannot leave a half-started run.
         self._active[run_id] = run
-        try:
-            await self._store.create_run(
-                RunRecord(
-                    run_id=run_id,
-                    status="running",
-                    created_at=now,
-                    finished_at=None,
-                    cwd=cwd,
-                    mode=plan.mode,
-                    session_id=session_id,
-                    resumed=resumed,
-                    parent_tool_call_id=ctx.parent_tool_call_id,
-                    last_seq=0,
-                    result=None,
-                    exit_code=None,
-                )
-            )
-        except BaseException:
-            self._active.pop(run_id, None)
-            raise
         self._metrics.runs_started += 1
-        self._emit(run, run.translator.start(now))
         task = spawn(self._drive(run), name=f"run:{run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -302,6 +283,25 @@ class RunManager:
     async def _supervise(self, run: Run) -> Outcome:
         plan = run.plan
         try:
+            await self._store.create_run(
+                RunRecord(
+                    run_id=run.run_id,
+                    status="running",
+                    created_at=run.created_at,
+                    cwd=run.cwd,
+                    mode=run.mode,
+                    session_id=run.session_id,
+                    resumed=run.resumed,
+                    parent_tool_call_id=run.parent_tool_call_id,
+                )
+            )
+        except StoreError as exc:
+            _log.error("store_create_failed", error=str(exc))
+            return Outcome(reason="spawn_failed", stderr_tail="the run store is unavailable")
+        self._emit(run, run.translator.start(time.time()))
+        if run.stopping is not None:  # cancelled before it started: spawn nothing
+            return Outcome(reason=run.stopping)
+        try:
             child = await ChildProcess.spawn(
                 plan.argv,
                 cwd=plan.cwd,
@@ -359,12 +359,8 @@ class RunManager:
         while len(self._recent) > RECENT_RUNS:
             self._recent.popitem(last=False)
         try:
-            # Separately from finish_run: a failed frame write (disk full) is retried by the
-            # store and must not keep the final status from being queued too.
-            try:
-                await self._store.flush()
-            except StoreError as exc:
-                _log.error("store_flush_failed", error=str(exc))
+            # finish_run is written after the run's buffered frames and, like them, retried
+            # by the store if the disk is full; no separate flush (defect D2).
             await self._store.finish_run(
                 run.run_id,
                 run.status,

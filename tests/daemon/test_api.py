@@ -28,6 +28,16 @@ def spawns(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     return seen
 
 
+async def spawned(spawns: list[Any], n: int) -> None:
+    """Wait (bounded) until ``n`` spawns happened, then check there are exactly ``n``.
+
+    A run spawns from its own task just after POST answers, so poll for it."""
+    async with asyncio.timeout(10):
+        while len(spawns) < n:
+            await asyncio.sleep(0.01)
+    assert len(spawns) == n
+
+
 async def test_healthz(daemon: Daemon) -> None:
     status, body = await daemon.json("GET", "/healthz")
     assert status == 200
@@ -146,7 +156,7 @@ async def test_capacity_429_and_busy_session_409(
         hanging = (await resp.json())["run_id"]
         status, body = await d.json("POST", "/v1/runs", json={"task": "another"})
         assert (status, body["error"]["code"]) == (429, "too_many_runs")
-        assert len(spawns) == 2
+        await spawned(spawns, 2)
         status, _ = await d.json("POST", f"/v1/runs/{hanging}/cancel")
         assert status == 202
         await d.events(hanging)
@@ -162,7 +172,7 @@ async def test_capacity_429_and_busy_session_409(
             "POST", "/v1/runs", json={"task": "x", "resume": first["session_id"]}
         )
         assert (status, body["error"]["code"]) == (409, "session_busy")
-        assert len(spawns) == 3
+        await spawned(spawns, 3)
     finally:
         await stop_daemon(d)
 
@@ -239,6 +249,8 @@ async def test_concurrent_requests_do_not_exceed_capacity(
             *(d.json("POST", "/v1/runs", json={"task": "fake: hang"}) for _ in range(6))
         )
         assert sorted(status for status, _ in answers) == [202, 202, 429, 429, 429, 429]
-        assert len(spawns) == 2
+        _, listed = await d.json("GET", "/v1/runs")
+        assert [r["status"] for r in listed["runs"]] == ["running", "running"]
+        await spawned(spawns, 2)  # the two accepted runs spawn, and only they
     finally:
         await stop_daemon(d)
