@@ -14,27 +14,37 @@ from daemon.supervisor import ChildProcess
 from tests.daemon.conftest import BASE, Daemon, make_config, start_daemon, stop_daemon
 
 
+class Spawns(list[tuple[str, ...]]):
+    """Every argv the daemon spawned; ``changed`` is set at each spawn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = asyncio.Event()
+
+
 @pytest.fixture
-def spawns(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+def spawns(monkeypatch: pytest.MonkeyPatch) -> Spawns:
     """Every argv the daemon spawns, recorded (the spawn itself still happens)."""
-    seen: list[tuple[str, ...]] = []
+    seen = Spawns()
     real = ChildProcess.spawn
 
     async def recording(argv: Any, **kw: Any) -> ChildProcess:
         seen.append(tuple(argv))
+        seen.changed.set()
         return await real(argv, **kw)
 
     monkeypatch.setattr(runs_module.ChildProcess, "spawn", recording)
     return seen
 
 
-async def spawned(spawns: list[Any], n: int) -> None:
+async def spawned(spawns: Spawns, n: int) -> None:
     """Wait (bounded) until ``n`` spawns happened, then check there are exactly ``n``.
 
-    A run spawns from its own task just after POST answers, so poll for it."""
+    A run spawns from its own task just after POST answers."""
     async with asyncio.timeout(10):
         while len(spawns) < n:
-            await asyncio.sleep(0.01)
+            spawns.changed.clear()
+            await spawns.changed.wait()
     assert len(spawns) == n
 
 
@@ -47,7 +57,7 @@ async def test_healthz(daemon: Daemon) -> None:
     assert body["runs_active"] == 0
 
 
-async def test_wait_true_returns_the_final_result(daemon: Daemon, spawns: list[Any]) -> None:
+async def test_wait_true_returns_the_final_result(daemon: Daemon, spawns: Spawns) -> None:
     resp = await daemon.post_run("fix the bug", wait=True)
     assert resp.status == 200
     result = await resp.json()
@@ -120,7 +130,7 @@ async def test_list_runs_newest_first(daemon: Daemon) -> None:
     ],
 )
 async def test_refusals_spawn_nothing(
-    daemon: Daemon, spawns: list[Any], body: bytes, status: int, code: str
+    daemon: Daemon, spawns: Spawns, body: bytes, status: int, code: str
 ) -> None:
     got, answer = await daemon.json("POST", "/v1/runs", data=body)
     assert (got, answer["error"]["code"]) == (status, code)
@@ -131,7 +141,7 @@ async def test_refusals_spawn_nothing(
 
 
 async def test_task_too_large_is_413(
-    short_dir: Path, workspace: Path, tmp_path: Path, spawns: list[Any]
+    short_dir: Path, workspace: Path, tmp_path: Path, spawns: Spawns
 ) -> None:
     d = await start_daemon(make_config(short_dir, workspace, limits={"task_bytes": 1024}), tmp_path)
     try:
@@ -145,7 +155,7 @@ async def test_task_too_large_is_413(
 
 
 async def test_capacity_429_and_busy_session_409(
-    short_dir: Path, workspace: Path, tmp_path: Path, spawns: list[Any]
+    short_dir: Path, workspace: Path, tmp_path: Path, spawns: Spawns
 ) -> None:
     config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 1})
     d = await start_daemon(config, tmp_path)
@@ -178,7 +188,7 @@ async def test_capacity_429_and_busy_session_409(
 
 
 async def test_resume_passes_resume_and_other_workspace_is_refused(
-    daemon: Daemon, spawns: list[Any]
+    daemon: Daemon, spawns: Spawns
 ) -> None:
     first = await (await daemon.post_run("hello", wait=True)).json()
     resp = await daemon.post_run("again", resume=first["session_id"], wait=True)
@@ -240,7 +250,7 @@ async def test_metrics_text(daemon: Daemon) -> None:
 
 
 async def test_concurrent_requests_do_not_exceed_capacity(
-    short_dir: Path, workspace: Path, tmp_path: Path, spawns: list[Any]
+    short_dir: Path, workspace: Path, tmp_path: Path, spawns: Spawns
 ) -> None:
     config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 2})
     d = await start_daemon(config, tmp_path)
