@@ -26,7 +26,7 @@ from tests.reliability.conftest import (
     wait_done,
 )
 
-WITNESS = "fake: tools n=400 rate=800"  # ~0.5 s of steady tool cards beside the faulty run
+WITNESS = "fake: tools n=300 rate=1000"  # ~0.3 s of steady tool cards beside the faulty run
 
 
 class Follower:
@@ -82,7 +82,7 @@ def fault_config(short_dir: Path, workspace: Path) -> Config:
     return make_config(
         short_dir,
         workspace,
-        policy={"max_concurrent_runs": 8, "run_timeout_s": 2.0, "cancel_grace_s": 0.5},
+        policy={"max_concurrent_runs": 8, "run_timeout_s": 2.5, "cancel_grace_s": 0.5},
     )
 
 
@@ -114,7 +114,7 @@ async def test_cli_fault_ends_cleanly_and_spares_the_other_run(
     assert state["status"] == expected, state
     assert state["result"]["status"] == expected
     assert witness_state["status"] == "completed"
-    assert witness_state["result"]["tools"]["started"] == 200
+    assert witness_state["result"]["tools"]["started"] == 150
     for rid in (faulty, witness):
         cards_closed(live[rid])
         assert replay[rid] == live[rid]

@@ -101,6 +101,15 @@ def _ws_handshake(path: str, query: str) -> socket.socket:
     return sock
 
 
+def _ndjson_start(path: str, run_id: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(path)
+    sock.sendall(f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: codelegate\r\n\r\n".encode())
+    assert sock.recv(12).startswith(b"HTTP/1.1 200")
+    return sock
+
+
 def _vanish(sock: socket.socket) -> None:
     """Close with RST (no FIN, no WebSocket close): the client is just gone."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -124,6 +133,9 @@ async def test_clients_vanishing_mid_frame_hurt_nobody(rdaemon: Daemon) -> None:
         else:
             # Read part of a server frame, then disappear while the server is writing.
             sock.recv(7)
+        _vanish(sock)
+    for _ in range(5):  # NDJSON readers too: read a little of the stream, then reset
+        sock = await loop.run_in_executor(None, _ndjson_start, path, run_id)
         _vanish(sock)
     state = await wait_done(rdaemon, run_id)
     await until(lambda: follower.finished(run_id))
