@@ -139,3 +139,43 @@ async def test_tcp_without_a_readable_token_does_not_start(
     with pytest.raises(ServerError, match="at least 16"):
         await start_server(config)
     assert not (short_dir / "d.sock").exists()
+
+
+def test_sd_notify_sends_to_path_and_abstract_sockets(short_dir: Path) -> None:
+    from daemon.server import sd_notify
+
+    assert sd_notify("READY=1", {}) is False
+    path = short_dir / "n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(str(path))
+        assert sd_notify("READY=1", {"NOTIFY_SOCKET": str(path)}) is True
+        assert listener.recv(64) == b"READY=1"
+    name = f"codelegate-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind("\0" + name)
+        assert sd_notify("WATCHDOG=1", {"NOTIFY_SOCKET": "@" + name}) is True
+        assert listener.recv(64) == b"WATCHDOG=1"
+    assert sd_notify("READY=1", {"NOTIFY_SOCKET": str(short_dir / "gone")}) is False
+
+
+def test_watchdog_interval_is_half_the_period_for_this_pid() -> None:
+    from daemon.server import watchdog_interval
+
+    assert watchdog_interval({}) is None
+    assert watchdog_interval({"WATCHDOG_USEC": "4000000"}) == 2.0
+    assert watchdog_interval({"WATCHDOG_USEC": "4000000", "WATCHDOG_PID": str(os.getpid())}) == 2.0
+    assert watchdog_interval({"WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"}) is None
+    assert watchdog_interval({"WATCHDOG_USEC": "soon"}) is None
+
+
+def test_socket_activation_only_for_this_pid() -> None:
+    from daemon.server import inherited_socket
+
+    assert inherited_socket({}) is None
+    assert inherited_socket({"LISTEN_PID": "1", "LISTEN_FDS": "1"}) is None
+    assert inherited_socket({"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": "0"}) is None
+
+
+def test_unbindable_socket_path_is_a_server_error(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match="cannot bind"):
+        bind_unix_socket(str(tmp_path / ("x" * 120)), 0o660)
