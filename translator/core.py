@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final, Literal, cast
 
 import msgspec
@@ -59,27 +58,65 @@ _END_ERROR_TYPES: Final[dict[str, ErrorType]] = {
     "interrupted": "interrupted",
 }
 _TASK_END: Final = frozenset({"completed", "failed", "stopped", "killed"})
+_HANDLED_SUBTYPES: Final = frozenset(
+    {
+        "init",
+        "permission_denied",
+        "task_started",
+        "task_progress",
+        "task_updated",
+        "task_notification",
+    }
+)
+# Known subtypes that carry nothing for cards: most system lines, dismissed with one lookup.
+_PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 _args_encoder: Final = msgspec.json.Encoder()
 
 
-@dataclass(slots=True, eq=False)
 class Card:
     """An open tool call: created by its tool_use, gone once its tool_result frame is out."""
 
-    use_id: str
-    tool: str
-    tool_id: str
-    name: str
-    parent_tool_id: str | None
-    kind: ActivityKind
-    started: float
-    args: object
-    changed: str | None
-    activity_seq: int = 0
-    background: bool = False  # an async subagent: ends on task_notification, not on its result
-    denied: str | None = None  # the CLI's reason when permission was denied
-    content: str | None = None  # a Write's text, for a creation diff
-    task_status: str | None = None  # a background task's end, from task_updated
+    # A plain slotted class: one is made per tool call, on the hot path.
+    __slots__ = (
+        "activity_seq",
+        "args",
+        "background",
+        "changed",
+        "content",
+        "denied",
+        "kind",
+        "name",
+        "parent_tool_id",
+        "started",
+        "task_status",
+        "tool",
+        "tool_id",
+        "use_id",
+    )
+
+    def __init__(
+        self,
+        use_id: str,
+        tool: str,
+        parent_tool_id: str | None,
+        started: float,
+        args: object,
+        changed: str | None,
+    ) -> None:
+        self.use_id = use_id
+        self.tool = tool
+        self.tool_id = TOOL_PREFIX + use_id
+        self.name = NAME_PREFIX + tool
+        self.parent_tool_id = parent_tool_id
+        self.kind: ActivityKind = activity_kind(tool)
+        self.started = started
+        self.args = args
+        self.changed = changed
+        self.activity_seq = 0
+        self.background = False  # an async subagent: ends on task_notification, not its result
+        self.denied: str | None = None  # the CLI's reason when permission was denied
+        self.content: str | None = None  # a Write's text, for a creation diff
+        self.task_status: str | None = None  # a background task's end, from task_updated
 
 
 class Translator:
@@ -323,13 +360,15 @@ class Translator:
 
     def _system(self, msg: wire.System) -> None:
         subtype = msg.subtype
+        if subtype in _PASSIVE_SUBTYPES:
+            return
         if subtype == "init":
             self._session(msg.session_id)
         elif subtype == "permission_denied":
             self._permission_denied(msg)
-        elif subtype.startswith("task_") and subtype in wire.KNOWN_SUBTYPES:
+        elif subtype in _HANDLED_SUBTYPES:
             self._task(subtype, msg)
-        elif subtype not in wire.KNOWN_SUBTYPES:
+        else:
             self._count("unknown_type")
 
     # --- cards --------------------------------------------------------------------------------
@@ -341,17 +380,13 @@ class Translator:
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
             args = _shrink_args(args, limits.arg_bytes)
-        tool_id = TOOL_PREFIX + use_id
         card = Card(
-            use_id=use_id,
-            tool=tool,
-            tool_id=tool_id,
-            name=NAME_PREFIX + tool,
-            parent_tool_id=TOOL_PREFIX + parent if parent else None,
-            kind=activity_kind(tool),
-            started=self._now,
-            args=args,
-            changed=changed_path(tool, raw_args, self.ctx.cwd),
+            use_id,
+            tool,
+            TOOL_PREFIX + parent if parent else None,
+            self._now,
+            args,
+            changed_path(tool, raw_args, self.ctx.cwd),
         )
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
@@ -359,18 +394,30 @@ class Translator:
                 card.content = content[: 2 * limits.result_bytes]
         self._cards[use_id] = card
         self.tools_started += 1
-        self._frame(
-            ToolCall,
-            tool_id=tool_id,
-            name=card.name,
-            args=args,
-            status="in_progress",
-            parent_tool_id=card.parent_tool_id,
-            # From the cleaned args: already redacted, so only cut here.
-            summary=bound_chars(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
+        # Built here rather than through _frame: keyword splatting cost a microsecond a frame.
+        self.seq = seq = self.seq + 1
+        self._out.append(
+            ToolCall(
+                id=frame_id(self._run_id, seq),
+                run_id=self._run_id,
+                seq=seq,
+                ts=self._now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self._invocation,
+                parentToolCallId=self._parent,
+                tool_id=card.tool_id,
+                name=card.name,
+                args=args,
+                status="in_progress",
+                parent_tool_id=card.parent_tool_id,
+                # From the cleaned args: already redacted, so only cut here.
+                summary=bound_chars(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
+            )
         )
-        self._activity(card, "running")
-        held = self._held.pop(use_id, None)
+        if self._invocation is not None:
+            self._activity(card, "running")
+        held = self._held.pop(use_id, None) if self._held else None
         if held:
             self._held_count -= len(held)
             for msg in held:
@@ -500,19 +547,30 @@ class Translator:
                 self._files[card.changed] = None
         else:
             self.tools_failed += 1
-        self._frame(
-            ToolResult,
-            tool_id=card.tool_id,
-            name=card.name,
-            status="completed" if ok else "failed",
-            result=clean_text(text, limits.result_bytes),
-            timing_ms=self._elapsed(card),
-            error=clean_chars(error, limits.error_chars) if error is not None else None,
-            error_type=error_type,
-            diff=clean_text(diff, limits.result_bytes) if diff is not None else None,
-            parent_tool_id=card.parent_tool_id,
+        self.seq = seq = self.seq + 1
+        self._out.append(
+            ToolResult(
+                id=frame_id(self._run_id, seq),
+                run_id=self._run_id,
+                seq=seq,
+                ts=self._now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self._invocation,
+                parentToolCallId=self._parent,
+                tool_id=card.tool_id,
+                name=card.name,
+                status="completed" if ok else "failed",
+                result=clean_text(text, limits.result_bytes),
+                timing_ms=self._elapsed(card),
+                error=clean_chars(error, limits.error_chars) if error is not None else None,
+                error_type=error_type,
+                diff=clean_text(diff, limits.result_bytes) if diff is not None else None,
+                parent_tool_id=card.parent_tool_id,
+            )
         )
-        self._activity(card, "completed" if ok else "failed")
+        if self._invocation is not None:
+            self._activity(card, "completed" if ok else "failed")
 
     def _progress(
         self, card: Card, elapsed_ms: int, summary: str | None = None, **counters: object
@@ -532,16 +590,24 @@ class Translator:
     # --- frames -------------------------------------------------------------------------------
 
     def _message(self, text: str, parent: str | None) -> None:
-        self._frame(
-            ProviderMessage,
-            role="assistant",
-            text=clean_chars(text, self.limits.text_chars),
-            parent_tool_id=TOOL_PREFIX + parent if parent else None,
+        self.seq = seq = self.seq + 1
+        self._out.append(
+            ProviderMessage(
+                id=frame_id(self._run_id, seq),
+                run_id=self._run_id,
+                seq=seq,
+                ts=self._now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self._invocation,
+                parentToolCallId=self._parent,
+                role="assistant",
+                text=clean_chars(text, self.limits.text_chars),
+                parent_tool_id=TOOL_PREFIX + parent if parent else None,
+            )
         )
 
     def _activity(self, card: Card, status: ActivityStatus) -> None:
-        if self._invocation is None:
-            return
         card.activity_seq += 1
         title, summary = activity_texts(card.kind, status)
         self._frame(

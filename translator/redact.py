@@ -132,10 +132,7 @@ def _may_hold_a_secret(low: str) -> bool:
     )
 
 
-def _spans(text: str) -> list[tuple[int, int]]:
-    low = text.lower()
-    if not _may_hold_a_secret(low):
-        return []
+def _spans(text: str, low: str) -> list[tuple[int, int]]:
     same = len(low) == len(text)
     matches = _SECRET.finditer(low) if same else _SECRET_ANYCASE.finditer(text)
     spans: list[tuple[int, int]] = []
@@ -160,7 +157,10 @@ def _spans(text: str) -> list[tuple[int, int]]:
 
 def redact_text(text: str) -> str:
     """``text`` with credential-shaped values (tokens, keys, ``NAME=value`` secrets) masked."""
-    spans = _spans(text)
+    low = text.lower()
+    if not _may_hold_a_secret(low):
+        return text
+    spans = _spans(text, low)
     if not spans:
         return text
     # One regex pass: the spans come sorted and never overlap.
@@ -270,6 +270,9 @@ def bound_chars(
 
 def clean_text(text: str, limit: int) -> str:
     """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
+    # The common case first, in as few calls as possible: short, and nothing to mask.
+    if len(text) * 4 <= limit and not _may_hold_a_secret(text.lower()):
+        return text
     precut = limit + _MARGIN
     if len(text) <= precut:
         return bound_text(redact_text(text), limit, settle=redact_text)
@@ -299,17 +302,15 @@ def clean_value(value: Any, *, string_bytes: int, depth: int = 6, items: int = 6
     return _clean(value, string_bytes, depth, items)
 
 
-_key_texts: dict[str, str] = {}
+# Keys repeat (every Bash call has "command"): each distinct key is redacted and judged once.
+_keys: dict[str, tuple[str, bool]] = {}
 
 
-def _clean_key(key: str) -> str:
-    # Keys repeat (every Bash call has "command"): redact each distinct key once.
-    text = _key_texts.get(key)
-    if text is None:
-        text = redact_text(key)
-        if len(_key_texts) < _KEY_CACHE_MAX:
-            _key_texts[key] = text
-    return text
+def _learn_key(key: str) -> tuple[str, bool]:
+    known = (redact_text(key), is_secret_key(key))
+    if len(_keys) < _KEY_CACHE_MAX:
+        _keys[key] = known
+    return known
 
 
 def _clean(value: Any, string_bytes: int, depth: int, items: int) -> Any:
@@ -326,10 +327,13 @@ def _clean(value: Any, string_bytes: int, depth: int, items: int) -> Any:
                 out["..."] = f"[...{len(value) - n} keys cut]"
                 break
             if type(key) is str:
-                if is_secret_key(key):
-                    out[_clean_key(key)] = MASK
+                known = _keys.get(key)
+                if known is None:
+                    known = _learn_key(key)
+                key, secret = known
+                if secret:
+                    out[key] = MASK
                     continue
-                key = _clean_key(key)
             # Tool arguments are mostly flat: strings and scalars without a call each.
             if type(item) is str:
                 out[key] = clean_text(item, string_bytes)

@@ -15,7 +15,6 @@ from translator.frames import (
     ToolCall,
     ToolResult,
 )
-from translator.summary import activity_kind
 
 if TYPE_CHECKING:
     from translator.core import Translator
@@ -35,17 +34,7 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
             use_id = frame.tool_id.removeprefix(TOOL_PREFIX)
             tool = frame.name.removeprefix(NAME_PREFIX)
             path = frame.args.get("file_path") if isinstance(frame.args, dict) else None
-            card = Card(
-                use_id=use_id,
-                tool=tool,
-                tool_id=frame.tool_id,
-                name=frame.name,
-                parent_tool_id=frame.parent_tool_id,
-                kind=activity_kind(tool),
-                started=frame.ts,
-                args=frame.args,
-                changed=None,
-            )
+            card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, None)
             changed[use_id] = path if isinstance(path, str) else None
             t._seen.add(use_id)
             t._cards[use_id] = card
