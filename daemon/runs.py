@@ -157,7 +157,11 @@ class RunManager:
         run_id = str(uuid.uuid4())
         if request.resume is not None:
             session_id = parse_session_id(request.resume)
-            check_resume(session_id, await self._store.session_owner(session_id), cwd)
+            # A session this daemon is running right now (its record may not be written yet).
+            owner = next((r.cwd for r in self._active.values() if r.session_id == session_id), None)
+            if owner is None:
+                owner = await self._store.session_owner(session_id)
+            check_resume(session_id, owner, cwd)
             resumed = True
         else:
             session_id = str(uuid.uuid4())
