@@ -219,6 +219,7 @@ async def run(args: argparse.Namespace) -> int:
             (0, 1),
             (0, args.subscribers),
             (args.rate, 1),
+            (args.rate, 10),  # where the per-subscriber cost starts to show
             (args.rate, args.subscribers),
         ):
             n = args.lines if rate else args.lines_max
