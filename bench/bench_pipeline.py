@@ -212,7 +212,7 @@ async def run(args: argparse.Namespace) -> int:
     print(f"machine: {machine()}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"each pass {args.rounds} rounds; the round with the median daemon p99 is shown")
-    verdict: tuple[Result, Result] | None = None
+    shown: dict[tuple[float, int], tuple[Result, Result]] = {}
     async with ServedDaemon(limits={"subscriber_queue": args.queue}) as d:
         await through_daemon(d, 200, 0, 1)  # warm-up: imports, caches, the store's first pages
         for rate, k in (
@@ -237,9 +237,8 @@ async def run(args: argparse.Namespace) -> int:
                 f"    overhead (wall time daemon / baseline): {ours.wall_s / base.wall_s:.2f}x;"
                 f" daemon p99 of every round (ms): {p99s}"
             )
-            verdict = (base, ours)
-    assert verdict is not None
-    base, target = verdict
+            shown[(rate, k)] = (base, ours)
+    base, target = shown[(args.rate, args.subscribers)]
     p99 = percentile(target.latencies_ms, 0.99)
     overhead = target.wall_s / base.wall_s
     ok = p99 <= P99_TARGET_MS and overhead <= OVERHEAD_TARGET and target.dropped == 0
@@ -248,7 +247,14 @@ async def run(args: argparse.Namespace) -> int:
         f" (<= {P99_TARGET_MS}), overhead {overhead:.2f}x (<= {OVERHEAD_TARGET}),"
         f" dropped {target.dropped} -> {'met' if ok else 'MISSED'}"
     )
-    return 0 if ok else 1
+    # Read strictly, "overhead" is also the as-fast-as-it-can pass with one subscriber.
+    fast_base, fast = shown[(0, 1)]
+    fast_overhead = fast.wall_s / fast_base.wall_s
+    print(
+        f"also: overhead as fast as the CLI can write, 1 subscriber: {fast_overhead:.2f}x"
+        f" (<= {OVERHEAD_TARGET}) -> {'met' if fast_overhead <= OVERHEAD_TARGET else 'MISSED'}"
+    )
+    return 0 if ok and fast_overhead <= OVERHEAD_TARGET else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,7 @@ from translator.transcript import translate_chunks
 ctx = RunContext(run_id="bench", cwd="/srv/workspaces/demo", started_at=0.0)
 out = sys.stdout.buffer
 with open(sys.argv[1], "rb") as f:
-    for block in translate_chunks(iter(lambda: f.read(1 << 16), b""), ctx):
+    for block in translate_chunks(iter(lambda: f.read(1 << 20), b""), ctx):
         out.write(block)
 """,
 }

@@ -174,12 +174,13 @@ class Translator:
         self._now = now
         splitter = self._splitter
         before = splitter.oversized
-        block = splitter.feed_block(data)
-        if block is None:
+        blocks = splitter.feed_blocks(data)
+        if blocks is None:
             for line in splitter.feed(data):
                 self._line(line)
-        elif block:
-            self._block(block)
+        else:
+            for block in blocks:
+                self._block(block)
         for _ in range(splitter.oversized - before):
             self._count("oversized_line")
         return self._take()
@@ -268,7 +269,7 @@ class Translator:
 
     # --- lines --------------------------------------------------------------------------------
 
-    def _block(self, block: bytes) -> None:
+    def _block(self, block: bytes | memoryview) -> None:
         # The hot path: a whole chunk of complete lines decoded in one call. Any bad or unknown
         # line fails the block, which is then read line by line to count it.
         try:

@@ -43,24 +43,35 @@ class LineSplitter:
         self._keep(buf[last + 1 :])
         return self._complete(buf[:last].split(b"\n"))
 
-    def feed_block(self, data: bytes) -> bytes | None:
-        """The complete lines in ``data`` (plus what was buffered) as one block of bytes.
+    def feed_blocks(self, data: bytes) -> list[bytes | memoryview] | None:
+        """The complete lines in ``data`` (plus what was buffered) as blocks of bytes.
 
-        The fast path of :meth:`feed`: it applies only when no line of the block can be over the
-        bound (the block itself is within it), else it returns None and consumes nothing.
+        The fast path of :meth:`feed`: it applies only when no line can be over the bound (each
+        block is within it); otherwise it returns None and consumes nothing. The buffered start
+        of a line comes back joined to its end as a block of its own, so that the bulk of
+        ``data`` is never copied (a view of it is returned).
         """
         if not data or self._skipping:
             return None
         last = data.rfind(b"\n")
-        if last < 0 or len(self._buf) + last > self.max_line:
+        if last < 0 or last > self.max_line:
             return None
-        block = self._buf + data[:last] if self._buf else data[:last]
+        blocks: list[bytes | memoryview] = []
+        start = 0
+        if self._buf:
+            first = data.find(b"\n")
+            if len(self._buf) + first > self.max_line:
+                return None
+            blocks.append(self._buf + data[:first])
+            start = first + 1
+        if start < last:
+            blocks.append(memoryview(data)[start:last])
         self._keep(data[last + 1 :])
-        return block
+        return blocks
 
-    def complete_lines(self, block: bytes) -> list[bytes]:
-        """The non-blank lines of a block from :meth:`feed_block`, without line ends."""
-        return self._complete(block.split(b"\n"))
+    def complete_lines(self, block: bytes | memoryview) -> list[bytes]:
+        """The non-blank lines of a block from :meth:`feed_blocks`, without line ends."""
+        return self._complete(bytes(block).split(b"\n"))
 
     def _keep(self, rest: bytes) -> None:
         # An unterminated tail already over the bound can be dropped now: no need to buffer

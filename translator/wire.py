@@ -302,7 +302,7 @@ _usage_decoder: Final = msgspec.json.Decoder(TaskUsage | None)
 _patch_decoder: Final = msgspec.json.Decoder(TaskPatch | None)
 
 
-def decode_lines(block: bytes) -> list[Line]:
+def decode_lines(block: bytes | memoryview) -> list[Line]:
     """Every line of a block of complete lines at once; raises if any line is bad or unknown."""
     return _line_decoder.decode_lines(block)
 
