@@ -209,6 +209,7 @@ async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
     refusal = check_access(request, request.app[CONFIG].server, request.app[STATE].tcp_token)
     if refusal is not None:
         request.app[METRICS].http_errors[refusal[0]] += 1
+        _log.warning("access_refused", code=refusal[1], path=request.path)
         return error_response(*refusal)
     return await handler(request)
 

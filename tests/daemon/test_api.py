@@ -264,3 +264,22 @@ async def test_concurrent_requests_do_not_exceed_capacity(
         await spawned(spawns, 2)  # the two accepted runs spawn, and only they
     finally:
         await stop_daemon(d)
+
+
+async def test_a_cli_that_cannot_start_fails_the_run(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    config = make_config(short_dir, workspace, claude={"path": str(tmp_path / "no-claude")})
+    d = await start_daemon(config, tmp_path)
+    try:
+        resp = await d.post_run("hello", wait=True)
+        assert resp.status == 200
+        result = await resp.json()
+        assert result["status"] == "failed"
+        frames = await d.events(result["run_id"])
+        assert frames[-1]["type"] == "run_result"
+        _, health = await d.json("GET", "/healthz")
+        assert health["runs_active"] == 0
+        assert health["cli_version"] is None
+    finally:
+        await stop_daemon(d)
