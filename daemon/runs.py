@@ -272,12 +272,14 @@ class RunManager:
             outcome = await self._supervise(run)
         except asyncio.CancelledError:
             # The daemon is going down hard: stop the process, record the run as cancelled.
+            run.stopping = run.stopping or "cancelled"
             if run.child is not None:
                 await asyncio.shield(run.child.terminate(self.config.policy.cancel_grace_s))
             outcome = Outcome(reason="cancelled")
             raise
         except Exception as exc:
             _log.exception("run_supervision_failed", error=repr(exc))
+            run.stopping = run.stopping or "cancelled"  # drop whatever the process still says
             if run.child is not None:
                 await run.child.terminate(self.config.policy.cancel_grace_s)
             outcome = Outcome(reason="spawn_failed", stderr_tail="daemon error while supervising")
