@@ -76,3 +76,38 @@ def test_a_carriage_return_does_not_count_towards_the_bound() -> None:
     split = LineSplitter(4)
     assert feed_all(split, [data[:5], data[5:]]) == whole == [b"abcd", b"xy"]
     assert split.oversized == 0
+
+
+def feed_fast(splitter: LineSplitter, chunks: list[bytes]) -> list[bytes]:
+    """Like the translator: blocks when the fast path applies, lines otherwise."""
+    out: list[bytes] = []
+    for chunk in chunks:
+        blocks = splitter.feed_blocks(chunk)
+        if blocks is None:
+            out += splitter.feed(chunk)
+        else:
+            for block in blocks:
+                out += splitter.complete_lines(block)
+    return out + splitter.feed(b"")
+
+
+def test_blocks_fall_back_when_a_buffered_line_grows_past_the_bound() -> None:
+    splitter = LineSplitter(10)
+    assert splitter.feed(b"12345678") == []
+    assert splitter.feed_blocks(b"9012\nab\n") is None
+    assert splitter.feed(b"9012\nab\n") == [b"ab"]
+    assert splitter.oversized == 1
+
+
+@given(st.lists(st.binary(max_size=30), max_size=20), st.lists(st.integers(1, 40), max_size=30))
+def test_blocks_give_the_same_lines_as_feed(parts: list[bytes], sizes: list[int]) -> None:
+    data = b"\n".join(parts)
+    chunks, pos = [], 0
+    for size in sizes:
+        chunks.append(data[pos : pos + size])
+        pos += size
+    chunks.append(data[pos:])
+    chunks = [c for c in chunks if c]
+    slow, fast = LineSplitter(12), LineSplitter(12)
+    assert feed_fast(fast, chunks) == feed_all(slow, chunks)
+    assert fast.oversized == slow.oversized
