@@ -201,6 +201,8 @@ async def start_server(
             socket_path = absolute(config.server.socket)
             sock = bind_unix_socket(socket_path, socket_mode_bits(config.server))
             owned = (socket_path, os.lstat(socket_path).st_ino)
+        # SockSite, not UnixSite: the socket is bound here so that its mode is right from the
+        # first moment (umask), a stale one is replaced safely, and an inherited one works.
         await web.SockSite(runner, sock).start()
         tcp_port: int | None = None
         if config.server.tcp is not None:

@@ -58,7 +58,7 @@ async def _stream_ndjson(response: web.StreamResponse, sub: Subscriber, *, finis
     while items := await sub.get():
         frames = [item for item in items if isinstance(item, Delivery)]
         await response.write(b"".join(d.data + b"\n" for d in frames))
-        if finished or any(d.last for d in frames):
+        if any(d.last for d in frames):
             return
     # Closed: lagging or shutting down. The stream just ends; the client resumes with after=.
 
