@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card
 from translator.frames import (
     Diagnostic,
     Frame,
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
 
 def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
     """Replay stored frames into a fresh translator: seq, open cards, counters, revision."""
-    from translator.core import NAME_PREFIX, TOOL_PREFIX, Card
-
     t._started = True
     changed: dict[str, str | None] = {}
     for frame in frames:

@@ -1,0 +1,421 @@
+"""Cards: every transition of a tool call's card lives here (open, progress, close).
+
+A card opens on the first tool_use of an id and closes exactly once: on its tool_result, on a
+background subagent's task_notification, or when the run ends (``Translator.close``). The
+:class:`CardRules` mixin holds these transitions; :class:`~translator.core.Translator` owns the
+state they act on and the intake of lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+
+from translator import wire
+from translator.frames import (
+    PROVIDER,
+    ActivityKind,
+    ActivityStatus,
+    ErrorType,
+    Frame,
+    PermissionDenial,
+    ProviderActivity,
+    ProviderMessage,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    frame_id,
+)
+from translator.outcome import Limits, RunContext
+from translator.patch import creation_diff, unified_diff
+from translator.redact import bound_chars, bound_text, clean_chars, clean_text, clean_value
+from translator.summary import (
+    FILE_CHANGE_TOOLS,
+    SUBAGENT_TOOLS,
+    activity_kind,
+    activity_texts,
+    changed_path,
+    tool_title,
+)
+
+TOOL_PREFIX: Final = "claude:"
+NAME_PREFIX: Final = "Claude Code › "
+_UNKNOWN_TOOL: Final = "unknown"
+_TASK_END: Final = frozenset({"completed", "failed", "stopped", "killed"})
+_args_encoder: Final = msgspec.json.Encoder()
+
+
+class Card:
+    """An open tool call: created by its tool_use, gone once its tool_result frame is out."""
+
+    # A plain slotted class: one is made per tool call, on the hot path.
+    __slots__ = (
+        "activity_seq",
+        "args",
+        "background",
+        "changed",
+        "content",
+        "denied",
+        "kind",
+        "name",
+        "parent_tool_id",
+        "started",
+        "task_status",
+        "tool",
+        "tool_id",
+        "use_id",
+    )
+
+    def __init__(
+        self,
+        use_id: str,
+        tool: str,
+        parent_tool_id: str | None,
+        started: float,
+        args: object,
+        changed: str | None,
+    ) -> None:
+        self.use_id = use_id
+        self.tool = tool
+        self.tool_id = TOOL_PREFIX + use_id
+        self.name = NAME_PREFIX + tool
+        self.parent_tool_id = parent_tool_id
+        self.kind: ActivityKind = activity_kind(tool)
+        self.started = started
+        self.args = args
+        self.changed = changed
+        self.activity_seq = 0
+        self.background = False  # an async subagent: ends on task_notification, not its result
+        self.denied: str | None = None  # the CLI's reason when permission was denied
+        self.content: str | None = None  # a Write's text, for a creation diff
+        self.task_status: str | None = None  # a background task's end, from task_updated
+
+
+class CardRules:
+    """The card transitions, mixed into :class:`~translator.core.Translator` (its state)."""
+
+    # State and helpers of the Translator these rules act on.
+    ctx: RunContext
+    limits: Limits
+    seq: int
+    session_id: str | None
+    tools_started: int
+    tools_completed: int
+    tools_failed: int
+    _run_id: str
+    _now: float
+    _out: list[Frame]
+    _cards: dict[str, Card]
+    _seen: set[str]
+    _tasks: dict[str, str]
+    _held: dict[str, list[wire.Assistant | wire.User]]
+    _held_count: int
+    _denials: dict[str, PermissionDenial]
+    _files: dict[str, None]
+    _invocation: str | None
+    _parent: str | None
+    _count: Callable[..., None]
+    _dispatch: Callable[[wire.Line], None]
+    _frame: Callable[..., None]
+
+    def _assistant(self, msg: wire.Assistant) -> None:
+        parent = msg.parent_tool_use_id
+        content = msg.message.content
+        if isinstance(content, str):
+            if content:
+                self._message(content, parent)
+            return
+        for block in content:
+            kind = block.type
+            if kind == "tool_use":
+                if block.id and block.id not in self._seen:
+                    self._open(block.id, block.name or _UNKNOWN_TOOL, block.input, parent)
+            elif kind == "text" and block.text:
+                self._message(block.text, parent)
+
+    def _user(self, msg: wire.User) -> None:
+        content = msg.message.content
+        if isinstance(content, str):
+            return  # a prompt, not a tool result
+        for block in content:
+            if block.type == "tool_result" and block.tool_use_id:
+                self._tool_result(block, msg.tool_use_result, msg.parent_tool_use_id)
+
+    def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
+        self._seen.add(use_id)
+        limits = self.limits
+        args = clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
+        encoded = _args_encoder.encode(args)
+        if len(encoded) > limits.arg_bytes:
+            args = _shrink_args(args, limits.arg_bytes)
+        card = Card(
+            use_id,
+            tool,
+            TOOL_PREFIX + parent if parent else None,
+            self._now,
+            args,
+            changed_path(tool, raw_args, self.ctx.cwd),
+        )
+        if tool == "Write" and isinstance(raw_args, dict):
+            content = raw_args.get("content")
+            if isinstance(content, str):
+                card.content = content[: 2 * limits.result_bytes]
+        self._cards[use_id] = card
+        self.tools_started += 1
+        # Built here rather than through _frame: keyword splatting cost a microsecond a frame.
+        self.seq = seq = self.seq + 1
+        self._out.append(
+            ToolCall(
+                id=frame_id(self._run_id, seq),
+                run_id=self._run_id,
+                seq=seq,
+                ts=self._now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self._invocation,
+                parentToolCallId=self._parent,
+                tool_id=card.tool_id,
+                name=card.name,
+                args=args,
+                status="in_progress",
+                parent_tool_id=card.parent_tool_id,
+                # From the cleaned args: already redacted, so only cut here.
+                summary=bound_chars(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
+            )
+        )
+        if self._invocation is not None:
+            self._activity(card, "running")
+        held = self._held.pop(use_id, None) if self._held else None
+        if held:
+            self._held_count -= len(held)
+            for msg in held:
+                self._dispatch(msg)
+
+    def _tool_result(self, block: wire.ResultBlock, extra: msgspec.Raw, parent: str | None) -> None:
+        use_id = block.tool_use_id or ""
+        card = self._cards.get(use_id)
+        if card is None:
+            self._count("orphan_line")
+            if use_id in self._seen:
+                return  # its card is closed already: one result per call
+            # A result for an id never seen: a synthetic card first, so no result is an orphan.
+            self._open(use_id, _UNKNOWN_TOOL, {}, parent)
+            # Opening it may have replayed held subagent lines that closed it already.
+            card = self._cards.get(use_id)
+            if card is None:
+                return
+        text = _result_text(block.content)
+        if block.is_error:
+            first = next((line for line in text.splitlines() if line.strip()), "tool error")
+            self._close_card(
+                card,
+                ok=False,
+                text=text,
+                error=card.denied or first,
+                error_type="permission_denied" if card.denied else "tool_error",
+            )
+            return
+        diff = None
+        if card.tool in SUBAGENT_TOOLS or card.tool in FILE_CHANGE_TOOLS:
+            details = _tool_use_result(extra)
+            if card.tool in SUBAGENT_TOOLS:
+                if details is not None and details.status == "async_launched":
+                    # A background subagent: its card stays open until task_notification.
+                    card.background = True
+                    self._progress(card, self._elapsed(card), summary="Running in the background")
+                    return
+            elif card.changed is not None and details is not None:
+                if details.structuredPatch:
+                    diff = unified_diff(card.changed, details.structuredPatch)
+                elif details.type == "create" and card.content is not None:
+                    diff = creation_diff(card.changed, card.content)
+        self._close_card(card, ok=True, text=text, diff=diff)
+
+    def _permission_denied(self, event: wire.System) -> None:
+        use_id = wire.text(event.tool_use_id)
+        if not use_id:
+            self._count("malformed_line")
+            return
+        # The CLI's message is a long fixed preamble, then what needed approval and why: keep
+        # that part (the whole message is the tool_result's text anyway).
+        message = wire.text(event.message) or ""
+        specific = message.partition("What required approval:")[2].strip()
+        reason = specific or wire.text(event.decision_reason) or message or "permission denied"
+        card = self._cards.get(use_id)
+        if card is not None:
+            card.denied = reason
+        tool_id = TOOL_PREFIX + use_id
+        if tool_id not in self._denials:
+            self._denials[tool_id] = PermissionDenial(
+                tool_id=tool_id,
+                name=wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL),
+                input=card.args if card else None,
+            )
+
+    def _task(self, subtype: str, event: wire.System) -> None:
+        task_id = wire.text(event.task_id)
+        use_id = wire.text(event.tool_use_id)
+        if task_id and use_id:
+            self._tasks[task_id] = use_id
+        card = self._cards.get(use_id or self._tasks.get(task_id or "", ""))
+        if card is None:
+            return
+        if subtype == "task_progress":
+            usage = wire.task_usage(event.usage)
+            self._progress(
+                card,
+                usage.duration_ms if usage.duration_ms is not None else self._elapsed(card),
+                summary=wire.text(event.description),
+                tool_uses=usage.tool_uses,
+                total_tokens=usage.total_tokens,
+                last_tool_name=wire.text(event.last_tool_name),
+            )
+            return
+        if not card.background:
+            # A Bash task (local_bash) or a foreground subagent closes on its tool_result, and
+            # must not close a second time.
+            return
+        if subtype == "task_updated":
+            # The patch may come before the notification that carries the summary: remember
+            # the end, and use it if the notification never comes.
+            status = wire.patch_status(event.patch)
+            if status in _TASK_END:
+                card.task_status = status
+            return
+        status = wire.text(event.status)
+        if subtype == "task_notification" and status in _TASK_END:
+            self._end_task(card, status, wire.text(event.summary) or "")
+
+    def _end_task(self, card: Card, status: str, summary: str) -> None:
+        ok = status == "completed"
+        failed_as: ErrorType = "tool_error" if status == "failed" else "cancelled"
+        self._close_card(
+            card,
+            ok=ok,
+            text=summary,
+            error=None if ok else f"subagent {status}",
+            error_type=None if ok else failed_as,
+        )
+
+    def _close_card(
+        self,
+        card: Card,
+        *,
+        ok: bool,
+        text: str,
+        error: str | None = None,
+        error_type: ErrorType | None = None,
+        diff: str | None = None,
+    ) -> None:
+        del self._cards[card.use_id]
+        limits = self.limits
+        if ok:
+            self.tools_completed += 1
+            if card.changed is not None:
+                self._files[card.changed] = None
+        else:
+            self.tools_failed += 1
+        self.seq = seq = self.seq + 1
+        self._out.append(
+            ToolResult(
+                id=frame_id(self._run_id, seq),
+                run_id=self._run_id,
+                seq=seq,
+                ts=self._now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self._invocation,
+                parentToolCallId=self._parent,
+                tool_id=card.tool_id,
+                name=card.name,
+                status="completed" if ok else "failed",
+                result=clean_text(text, limits.result_bytes),
+                timing_ms=self._elapsed(card),
+                error=clean_chars(error, limits.error_chars) if error is not None else None,
+                error_type=error_type,
+                diff=clean_text(diff, limits.result_bytes) if diff is not None else None,
+                parent_tool_id=card.parent_tool_id,
+            )
+        )
+        if self._invocation is not None:
+            self._activity(card, "completed" if ok else "failed")
+
+    def _progress(
+        self, card: Card, elapsed_ms: int, summary: str | None = None, **counters: object
+    ) -> None:
+        self._frame(
+            ToolProgress,
+            tool_id=card.tool_id,
+            name=card.name,
+            elapsed_ms=max(elapsed_ms, 0),
+            summary=clean_chars(summary, self.limits.summary_chars) if summary else None,
+            **counters,
+        )
+
+    def _elapsed(self, card: Card) -> int:
+        return max(int((self._now - card.started) * 1000), 0)
+
+    def _message(self, text: str, parent: str | None) -> None:
+        self.seq = seq = self.seq + 1
+        self._out.append(
+            ProviderMessage(
+                id=frame_id(self._run_id, seq),
+                run_id=self._run_id,
+                seq=seq,
+                ts=self._now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self._invocation,
+                parentToolCallId=self._parent,
+                role="assistant",
+                text=clean_chars(text, self.limits.text_chars),
+                parent_tool_id=TOOL_PREFIX + parent if parent else None,
+            )
+        )
+
+    def _activity(self, card: Card, status: ActivityStatus) -> None:
+        card.activity_seq += 1
+        title, summary = activity_texts(card.kind, status)
+        self._frame(
+            ProviderActivity,
+            activityId=card.tool_id,
+            sequence=card.activity_seq,
+            kind=card.kind,
+            status=status,
+            title=title,
+            summary=summary,
+            files=[card.changed] if card.changed is not None else None,
+        )
+
+
+def _result_text(content: str | list[wire.Part] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.text if part.text is not None else f"[{part.type}]" for part in content)
+
+
+def _tool_use_result(raw: msgspec.Raw) -> wire.ToolUseResult | None:
+    try:
+        return wire.tool_use_result_decoder.decode(raw)
+    except msgspec.MsgspecError:
+        return None  # a string, or a shape of another tool: no details
+
+
+def _shrink_args(args: object, limit: int) -> object:
+    # Too big even with each string bounded: shorter strings first, then the JSON text itself.
+    for cap in (limit // 4, limit // 16, 64):
+        smaller = clean_value(args, string_bytes=cap, depth=4, items=16)
+        if len(_args_encoder.encode(smaller)) <= limit:
+            return smaller
+    # Then the JSON text itself, as a string (escaping makes its encoding longer: shrink to fit).
+    text = _args_encoder.encode(args).decode()
+    cap = limit
+    while True:
+        cut = bound_text(text, cap)
+        if len(_args_encoder.encode(cut)) <= limit:
+            return cut
+        cap = cap * 3 // 4
