@@ -93,22 +93,28 @@ async def test_timeout_ends_the_run_as_timeout(
 
 
 async def test_ws_replay_then_live_without_gap_for_many_subscribers(daemon: Daemon) -> None:
-    resp = await daemon.post_run("fake: tools n=400 rate=2000")
-    run_id = (await resp.json())["run_id"]
     results: list[list[dict[str, Any]]] = []
 
-    async def late_joiner(after: int) -> None:
+    async def late_joiner(run_id: str, after: int) -> None:
         async with daemon.ws(f"?run={run_id}&after={after}") as ws:
             frames = await frames_until_result(ws)
             assert [f["seq"] for f in frames] == list(range(after + 1, frames[-1]["seq"] + 1))
             results.append(frames)
 
     joiners = []
-    for after in (0, 0, 3, 10):
-        joiners.append(asyncio.create_task(late_joiner(after)))
-        await asyncio.sleep(0.05)  # spread the joins over the run (not a synchronisation)
-    await asyncio.gather(*joiners)
+    async with daemon.ws("?run=*") as leader:
+        resp = await daemon.post_run("fake: tools n=600 rate=2000")
+        run_id = (await resp.json())["run_id"]
+        # Join while the run is producing: at chosen points of the leader's stream, with
+        # `after` before, at and beyond what the run has produced so far.
+        plan = {1: [0], 40: [0, 10, 40], 200: [150, 199, 250], 400: [0, 500]}
+        while plan:
+            seq = (await next_frame(leader))["seq"]
+            for after in plan.pop(seq, []):
+                joiners.append(asyncio.create_task(late_joiner(run_id, after)))
+        await asyncio.gather(*joiners)
     full = await daemon.events(run_id)
+    assert len(results) == 9
     for frames in results:
         assert frames == full[frames[0]["seq"] - 1 :]
 
