@@ -296,3 +296,14 @@ async def test_a_final_status_that_cannot_be_written_is_kept_and_retried(db_path
         assert await again.live_runs() == []
     finally:
         await again.close()
+
+
+async def test_frames_other_runs_append_during_a_flush_are_not_a_failure(store: RunStore) -> None:
+    await store.create_run(record("r1"))
+    await store.create_run(record("r2", created_at=1001.0))
+    store.append_frame("r1", 1, frame("r1", 1))
+    # Another run appends while this flush waits for the store thread.
+    asyncio.get_running_loop().call_soon(store.append_frame, "r2", 1, frame("r2", 1))
+    await store.flush()
+    await store.flush()
+    assert await store.frames_after("r2", 0) == [frame("r2", 1)]
