@@ -131,7 +131,9 @@ class CardRules:
             kind = block.type
             if kind == "tool_use":
                 if block.id and block.id not in self._seen:
-                    self._open(block.id, block.name or _UNKNOWN_TOOL, block.input, parent)
+                    # A tool's name is short; bounded anyway, as it goes into every frame.
+                    tool = (block.name or _UNKNOWN_TOOL)[:128]
+                    self._open(block.id, tool, block.input, parent)
             elif kind == "text" and block.text:
                 self._message(block.text, parent)
 

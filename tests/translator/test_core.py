@@ -707,3 +707,8 @@ def test_a_lone_newline_chunk() -> None:
     translator = Translator(context(parent_tool_call_id=None))
     assert translator.receive_data(b"\n", 1.0) == []
     assert translator.receive_data(b"\n\n", 1.0) == []
+
+
+def test_an_absurd_tool_name_is_bounded() -> None:
+    frames = run([assistant(tool_use("t1", "X" * 5000))])
+    assert len(of_type(frames, "tool_call")[0]["name"]) == len("Claude Code › ") + 128
