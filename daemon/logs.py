@@ -38,25 +38,41 @@ def configure(*, level: str = "info", json: bool = True, stream: TextIO | None =
 
     Lines go to ``stream`` (default: stdout, which journald collects).
     """
+    out = sys.stdout if stream is None else stream
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_render)
         if json
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            redact_event,
-            renderer,
-        ],
+        processors=[*shared, structlog.processors.format_exc_info, redact_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout if stream is None else stream),
+        logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=True,
     )
-    # aiohttp logs through stdlib logging: send it to stderr at WARNING, without access logs.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    # aiohttp and asyncio log through stdlib logging: the same JSON lines, redacted, at WARNING
+    # and above (no access log: requests are counted in /metrics).
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                redact_event,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,10 +92,14 @@ def test_load_config_defaults_use_the_env_cli(
 
 @pytest.fixture
 def log_stream() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
     stream = io.StringIO()
     logs.configure(level="info", stream=stream)
     yield stream
     structlog.reset_defaults()
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
 
 
 def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:
@@ -109,8 +114,14 @@ def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:
         log.debug("not_shown")
     finally:
         structlog.contextvars.clear_contextvars()
+    logging.getLogger("aiohttp.server").error("Error handling request: token=%s", PLANTED_SECRET)
     lines = log_stream.getvalue().strip().splitlines()
-    assert len(lines) == 1
+    assert len(lines) == 2
+    stdlib = json.loads(lines[1])
+    assert stdlib["level"] == "error"
+    assert "Error handling request" in stdlib["event"]
+    assert PLANTED_SECRET not in lines[1]
+    lines = lines[:1]
     event = json.loads(lines[0])
     assert event["event"] == "spawn_failed"
     assert event["run_id"] == "r-1"
