@@ -55,6 +55,8 @@ _log = structlog.get_logger("codelegate.runs")
 RECENT_RUNS: Final = 64
 # After the CLI exited and stragglers were reaped, how long stdout may take to reach EOF.
 DRAIN_S: Final = 5.0
+# The end of the CLI's stderr that a failed run reports (and logs).
+STDERR_TAIL_CHARS: Final = 4000
 
 
 class RunManager:
@@ -346,7 +348,8 @@ class RunManager:
             reason=run.stopping or "exited",
             exit_code=status.exit_code,
             signal=status.signal,
-            stderr_tail=child.stderr_tail(),
+            # Redacted by the supervisor; bounded here, for the result and the log.
+            stderr_tail=child.stderr_tail()[-STDERR_TAIL_CHARS:],
         )
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
@@ -386,6 +389,8 @@ class RunManager:
                 exit_code=outcome.exit_code,
                 reason=outcome.reason,
             )
+            if run.status == "failed" and outcome.stderr_tail:
+                _log.warning("run_stderr", tail=outcome.stderr_tail)
 
     # -- start-up and shutdown -------------------------------------------------------------
 
