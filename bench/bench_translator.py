@@ -4,7 +4,8 @@ Corpus: the real CLI transcripts of the golden tests, repeated until there are a
 lines, every tool_use id made unique so that each card is real work.
 
 Each contender runs in its own process over the corpus file and over an empty file; its time is
-the difference (net of interpreter start-up and imports), the best of a few rounds:
+the difference of the child's CPU time (net of interpreter start-up and imports), the best of a
+few interleaved rounds:
 - ``floor``: ``msgspec.json.decode`` of every line (no translation at all);
 - ``peer``: the Claude Agent SDK's ``parse_message`` over ``json.loads`` of every line;
 - ``ours``: what ``codelegate translate FILE`` does: frames for the whole corpus, encoded, written.
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,14 +87,17 @@ def build_corpus(min_lines: int) -> bytes:
 
 
 def _run(worker: str, path: Path) -> float:
-    start = time.perf_counter()
+    # CPU time (user + system) of the child, not wall time: on a shared machine the load of
+    # other processes moves wall time far more than it moves the work done.
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(
         [sys.executable, "-c", _WORKERS[worker], str(path)],
         check=True,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
-    return time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def measure(corpus: Path, empty: Path, rounds: int) -> dict[str, float]:
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the times and ratios; exit 1 when ours is not at least 2x faster than the peer."""
     parser = argparse.ArgumentParser(prog="python -m bench translator")
     parser.add_argument("--lines", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv if argv is not None else [])
     corpus = build_corpus(args.lines)
     with tempfile.TemporaryDirectory() as tmp:

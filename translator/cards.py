@@ -30,7 +30,14 @@ from translator.frames import (
 )
 from translator.outcome import Limits, RunContext
 from translator.patch import creation_diff, unified_diff
-from translator.redact import bound_chars, bound_text, clean_chars, clean_text, clean_value
+from translator.redact import (
+    bound_chars,
+    bound_text,
+    clean_chars,
+    clean_flat,
+    clean_text,
+    clean_value,
+)
 from translator.summary import (
     FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
@@ -148,7 +155,11 @@ class CardRules:
     def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
         self._seen.add(use_id)
         limits = self.limits
-        args = clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
+        args: object = (
+            clean_flat(raw_args, limits.arg_bytes, limits.items) if type(raw_args) is dict else None
+        )
+        if args is None:
+            args = clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
             args = _shrink_args(args, limits.arg_bytes)

@@ -215,10 +215,16 @@ class Translator(CardRules):
                 self._line(line)
             return
         dispatch = self._dispatch
-        stream_event = wire.StreamEvent
+        stream_event, system, passive = wire.StreamEvent, wire.System, _PASSIVE_SUBTYPES
         for msg in messages:
-            if type(msg) is not stream_event:  # partial deltas: the full line follows
-                dispatch(msg)
+            kind = type(msg)
+            # The commonest lines that carry nothing are dismissed here, without a call:
+            # partial deltas (the full line follows) and passive system subtypes.
+            if kind is stream_event:
+                continue
+            if kind is system and cast(wire.System, msg).subtype in passive:
+                continue
+            dispatch(msg)
 
     def _line(self, raw: bytes) -> None:
         try:

@@ -301,6 +301,32 @@ def clean_chars(text: str, limit: int) -> str:
     return bound_chars(red, limit, dropped=len(text) - len(red), settle=redact_text)
 
 
+def clean_flat(value: dict[Any, Any], string_bytes: int, items: int) -> dict[Any, Any] | None:
+    """``value`` itself when cleaning would not change it, else None (then use clean_value).
+
+    The fast path for tool arguments, mostly a few short strings under known keys: one screen
+    over all the strings at once instead of a full walk.
+    """
+    if len(value) > items:
+        return None
+    texts: list[str] = []
+    for key, item in value.items():
+        known = _keys.get(key) if type(key) is str else None
+        if known is None or known[1] or known[0] is not key:
+            return None  # a key not seen yet, a secret key, or one that redaction changes
+        kind = type(item)
+        if kind is str:
+            if len(item) * 4 > string_bytes:
+                return None
+            texts.append(item)
+        elif not (item is None or kind is bool or kind is int or kind is float):
+            return None
+    # Joined on newlines, which no literal of the screen contains: a miss stays a miss.
+    if texts and _may_hold_a_secret("\n".join(texts).lower()):
+        return None
+    return value
+
+
 def clean_value(value: Any, *, string_bytes: int, depth: int = 6, items: int = 64) -> Any:
     """:func:`redact_value` and bounds in one walk (tool arguments, usage).
 

@@ -712,3 +712,10 @@ def test_a_lone_newline_chunk() -> None:
 def test_an_absurd_tool_name_is_bounded() -> None:
     frames = run([assistant(tool_use("t1", "X" * 5000))])
     assert len(of_type(frames, "tool_call")[0]["name"]) == len("Claude Code › ") + 128
+
+
+def test_a_bad_line_sends_its_chunk_line_by_line_with_the_same_outcome() -> None:
+    lines = [line(type="system", subtype="status"), b"{bad\n", assistant(tool_use("t1", "Read"))]
+    frames = run([b"".join(lines)])
+    assert [f["type"] for f in of_type(frames, "tool_call")] == ["tool_call"]
+    assert of_type(frames, "diagnostic")[0]["code"] == "malformed_line"

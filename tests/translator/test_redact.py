@@ -13,6 +13,7 @@ from translator.redact import (
     bound_chars,
     bound_text,
     clean_chars,
+    clean_flat,
     clean_text,
     clean_value,
     is_secret_key,
@@ -288,3 +289,21 @@ def test_a_value_that_starts_like_a_key_id_is_still_masked() -> None:
 def test_a_cut_that_never_settles_keeps_nothing_of_the_text() -> None:
     out = bound_text("a" * 100, 30, settle=lambda text: text + "!")
     assert out == "[...100 bytes cut]"
+
+
+def test_clean_flat_takes_the_fast_path_only_when_nothing_would_change() -> None:
+    from translator import redact
+
+    redact._keys.clear()  # another test may have filled the bounded key cache
+    clean_value({"command": "ls", "description": "list"}, string_bytes=100)  # learn the keys
+    args = {"command": "ls -la", "description": "list", "n": 1, "f": 1.5, "b": None}
+    clean_value(args, string_bytes=100)
+    assert clean_flat(args, 100, 64) is args
+    assert clean_flat({"command": "x"}, 100, 0) is None  # too many entries
+    assert clean_flat({"never_seen_key": "x"}, 100, 64) is None
+    clean_value({"password": "p"}, string_bytes=100)
+    assert clean_flat({"password": "p"}, 100, 64) is None
+    assert clean_flat({"command": "x" * 100}, 100, 64) is None  # may need a cut
+    assert clean_flat({"command": ["ls"]}, 100, 64) is None  # nested
+    assert clean_flat({"command": "echo token=abc"}, 100, 64) is None  # may hold a secret
+    assert clean_flat({1: "x"}, 100, 64) is None
