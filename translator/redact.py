@@ -296,7 +296,8 @@ def clean_chars(text: str, limit: int) -> str:
     """Redacted, then bounded to ``limit`` characters (assistant text, card titles)."""
     precut = limit + _MARGIN
     if len(text) <= precut:
-        return bound_chars(redact_text(text), limit, settle=redact_text)
+        red = redact_text(text)
+        return red if len(red) <= limit else bound_chars(red, limit, settle=redact_text)
     red = redact_text(text[:precut])[:-_UNSURE]
     return bound_chars(red, limit, dropped=len(text) - len(red), settle=redact_text)
 
