@@ -217,13 +217,16 @@ async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
 # -- handlers ----------------------------------------------------------------------------------
 
 
+RUN_ID_HEADER: Final = "X-Codelegate-Run-Id"
+
+
 def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(
         status=status, body=msgspec.json.encode(obj), content_type="application/json"
     )
 
 
-async def post_run(request: web.Request) -> web.Response:
+async def post_run(request: web.Request) -> web.StreamResponse:
     """``POST /v1/runs``: start a run; 202 at once, or 200 with the result when ``wait``."""
     state = request.app[STATE]
     if state.stopping:
@@ -234,13 +237,21 @@ async def post_run(request: web.Request) -> web.Response:
     run = await manager.start(run_request)
     if not run_request.wait:
         return _json({"run_id": run.run_id, "status": "running"}, status=202)
+    # The status line and the run id go out at once, the body when the run ends: a waiting
+    # caller that wants to stop can then cancel by name and still get the cancelled result
+    # (with its session id) instead of only hanging up.
+    response = web.StreamResponse(headers={RUN_ID_HEADER: run.run_id})
+    response.content_type = "application/json"
     try:
+        await response.prepare(request)
         await run.done.wait()
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionResetError):
         # The caller hung up (or the daemon is stopping): nobody will read this result.
         manager.cancel(run.run_id)
         raise
-    return web.Response(body=msgspec.json.encode(run.result), content_type="application/json")
+    await response.write(msgspec.json.encode(run.result))
+    await response.write_eof()
+    return response
 
 
 async def get_run(request: web.Request) -> web.Response:

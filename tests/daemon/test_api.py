@@ -63,6 +63,8 @@ async def test_wait_true_returns_the_final_result(daemon: Daemon, spawns: Spawns
     result = await resp.json()
     assert result["provider"] == "claude_code"
     assert result["status"] == "completed"
+    # Announced up front, so that a waiting caller can cancel its run by name.
+    assert resp.headers["X-Codelegate-Run-Id"] == result["run_id"]
     assert str(uuid.UUID(result["session_id"])) == result["session_id"]
     assert result["resumed"] is False
     assert len(spawns) == 1
@@ -239,7 +241,7 @@ async def test_a_handler_bug_is_a_json_500(daemon: Daemon, monkeypatch: pytest.M
 
 
 async def test_metrics_text(daemon: Daemon) -> None:
-    await daemon.post_run("hello", wait=True)
+    await (await daemon.post_run("hello", wait=True)).read()
     async with daemon.http.get(f"{BASE}/metrics") as resp:
         assert resp.status == 200
         text = await resp.text()

@@ -65,7 +65,13 @@ async def test_cancel_kills_a_child_that_ignores_sigterm(daemon: Daemon) -> None
 
 async def test_waiting_caller_that_disconnects_cancels_its_run(daemon: Daemon) -> None:
     async with daemon.ws("?run=*") as ws:
-        post = asyncio.create_task(daemon.post_run("fake: ignore_term", wait=True))
+        async def wait_for_the_answer() -> None:
+            async with daemon.http.post(
+                f"{BASE}/v1/runs", json={"task": "fake: ignore_term", "wait": True}
+            ) as resp:
+                await resp.read()
+
+        post = asyncio.create_task(wait_for_the_answer())
         first = await next_frame(ws)
         while first["type"] != "tool_call":
             first = await next_frame(ws)
