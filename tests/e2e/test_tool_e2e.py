@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from daemon import tool as thin_tool
-from tests.e2e.conftest import E2E, frames_until, is_run_result
-from tests.stub.anthropic import text, tool
+from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
+from tests.stub.anthropic import Turn, text, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -158,3 +158,24 @@ async def test_tool_reports_a_refusal_as_a_result(
     result = await call_tool(e2e, monkeypatch, task="Go.", session_id="no-such-id")
     assert result["status"] == "refused"
     assert e2e.stub.requests == []
+
+
+async def test_agent_stop_returns_the_daemons_cancelled_result(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stop while the model thinks: the run is cancelled by name, the session id comes back."""
+    e2e.stub.main.turns = [Turn(text("never sent").blocks, hold=asyncio.Event())]
+    assert e2e.handle is not None
+    assert e2e.handle.socket_path is not None
+    body = {"task": "Think forever.", "cwd": str(e2e.workspace), "wait": True}
+    result = await asyncio.to_thread(
+        thin_tool.call_run,
+        body,
+        e2e.handle.socket_path,
+        # The agent presses Stop once the CLI has asked the model.
+        cancelled=lambda: bool(e2e.stub.requests),
+        poll_s=0.01,
+    )
+    assert result["status"] == "cancelled"
+    assert result["session_id"]
+    assert marked_processes(result["run_id"]) == []
