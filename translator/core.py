@@ -276,6 +276,9 @@ class Translator(CardRules):
                 self._user(msg)
             return
         self._held_count += 1
+        if isinstance(msg, wire.User):
+            # Raw fields are views of the chunk they came in: a held line must not pin it.
+            msg.tool_use_result = msg.tool_use_result.copy()
         self._held.setdefault(parent, []).append(msg)
 
     def _system(self, msg: wire.System) -> None:
