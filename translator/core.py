@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Final, Literal, cast
+from typing import Final, Literal
 
 import msgspec
 
@@ -222,7 +222,7 @@ class Translator(CardRules):
             # partial deltas (the full line follows) and passive system subtypes.
             if kind is stream_event:
                 continue
-            if kind is system and cast(wire.System, msg).subtype in passive:
+            if kind is system and msg.subtype in passive:  # type: ignore[union-attr]
                 continue
             dispatch(msg)
 
@@ -239,30 +239,30 @@ class Translator(CardRules):
             self._dispatch(msg)
 
     def _dispatch(self, msg: wire.Line) -> None:
-        # ``type(...) is`` rather than isinstance: this runs once per line.
-        kind = type(msg)
-        if kind is wire.Assistant or kind is wire.User:
-            talk = cast(wire.Assistant | wire.User, msg)
-            parent = talk.parent_tool_use_id
+        # ``type(msg) is`` rather than isinstance (this runs once per line); mypy narrows both.
+        if type(msg) is wire.Assistant:
+            parent = msg.parent_tool_use_id
             if parent is not None and parent not in self._seen:
-                self._hold(parent, talk)
-            elif kind is wire.Assistant:
-                self._assistant(cast(wire.Assistant, talk))
+                self._hold(parent, msg)
             else:
-                self._user(cast(wire.User, talk))
-        elif kind is wire.System:
-            self._system(cast(wire.System, msg))
-        elif kind is wire.ToolProgressLine:
-            progress = cast(wire.ToolProgressLine, msg)
+                self._assistant(msg)
+        elif type(msg) is wire.User:
+            parent = msg.parent_tool_use_id
+            if parent is not None and parent not in self._seen:
+                self._hold(parent, msg)
+            else:
+                self._user(msg)
+        elif type(msg) is wire.System:
+            self._system(msg)
+        elif type(msg) is wire.ToolProgressLine:
             cards = self._cards
-            card = cards.get(progress.tool_use_id) or cards.get(progress.parent_tool_use_id or "")
+            card = cards.get(msg.tool_use_id) or cards.get(msg.parent_tool_use_id or "")
             if card is not None:
-                self._progress(card, int(progress.elapsed_time_seconds * 1000))
-        elif kind is wire.Result:
+                self._progress(card, int(msg.elapsed_time_seconds * 1000))
+        elif type(msg) is wire.Result:
             # Several result lines may come (after a background task): the last one wins.
-            result = cast(wire.Result, msg)
-            self._last_result = result
-            self._session(result.session_id)
+            self._last_result = msg
+            self._session(msg.session_id)
         # stream_event and rate_limit_event: partial deltas and quotas, nothing for a card.
 
     def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> None:

@@ -118,7 +118,7 @@ def _may_hold_a_secret(low: str) -> bool:
     # Every pattern above needs one of these literals, and most texts hold none. On short texts
     # a chain of ``in`` is the cheapest test; on long ones, one regex pass over them is.
     # ("key" covers every *key name, "auth" authorization, "sk-" sk-ant-.)
-    if len(low) > 512:
+    if len(low) > 1024:
         return _LITERALS.search(low) is not None
     return (
         "token" in low
