@@ -219,7 +219,8 @@ class CardRules:
             card = self._cards.get(use_id)
             if card is None:
                 return
-        text = _result_text(block.content)
+        content = block.content
+        text = content if isinstance(content, str) else _result_text(content)
         if block.is_error:
             first = next((line for line in text.splitlines() if line.strip()), "tool error")
             self._close_card(
@@ -345,7 +346,7 @@ class CardRules:
                 name=card.name,
                 status="completed" if ok else "failed",
                 result=clean_text(text, limits.result_bytes),
-                timing_ms=self._elapsed(card),
+                timing_ms=max(int((self._now - card.started) * 1000), 0),
                 error=clean_chars(error, limits.error_chars) if error is not None else None,
                 error_type=error_type,
                 diff=clean_text(diff, limits.result_bytes) if diff is not None else None,
@@ -403,11 +404,9 @@ class CardRules:
         )
 
 
-def _result_text(content: str | list[wire.Part] | None) -> str:
+def _result_text(content: list[wire.Part] | None) -> str:
     if content is None:
         return ""
-    if isinstance(content, str):
-        return content
     return "\n".join(part.text if part.text is not None else f"[{part.type}]" for part in content)
 
 
