@@ -1,10 +1,17 @@
 """Fan-out of encoded frames to subscribers (WebSocket and NDJSON clients).
 
-The run publishes each frame once, already encoded; the hub hands the same bytes to every
-subscriber of that run. The publisher never awaits a client: each subscriber owns a bounded
-queue and its own writer task (see ``daemon/app.py``). A subscriber whose queue is full is
-closed with :data:`CLOSE_LAGGING` and reconnects with ``after=<last seq it got>``; the run and
-the other subscribers never wait for it.
+The run publishes the frames of each stdout chunk once, already encoded, as one :class:`Batch`;
+the hub hands that same object to every subscriber of the run, and the batch builds its
+WebSocket bytes (and NDJSON bytes) once, for all of them. The publisher never awaits a client:
+each subscriber owns a bounded queue and its own writer task (see ``daemon/streams.py``). A
+subscriber whose queue is full is closed with :data:`CLOSE_LAGGING` and reconnects with
+``after=<last seq it got>``; the run and the other subscribers never wait for it.
+
+Writing: a subscriber with a :class:`Sink` (a WebSocket whose transport takes bytes now) is
+written by the hub itself, once per event-loop tick for everything published in that tick, with
+one ``transport.write`` — no task wake-up and no syscall per frame. Only a client whose
+transport is paused (it reads slower than we write) or one without a sink is left to its own
+writer task, which takes everything queued at once and waits for that client alone.
 
 Snapshot + live is atomic because both happen in one synchronous step: the caller reads the
 replay from the run's in-memory frame log and registers the subscriber without awaiting in
@@ -14,21 +21,99 @@ between, and the run appends to that log and publishes in one synchronous step a
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Final, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Final, NamedTuple, Protocol
 
 CLOSE_LAGGING: Final = 4008
 CLOSE_GOING_AWAY: Final = 1001
 
+_PACK_LEN2: Final = struct.Struct("!BBH").pack
+_PACK_LEN3: Final = struct.Struct("!BBQ").pack
+
+
+def ws_text_frame(payload: bytes) -> bytes:
+    """One unfragmented WebSocket text frame from a server (RFC 6455 5.2: servers never mask)."""
+    n = len(payload)
+    if n < 126:
+        return bytes((0x81, n)) + payload
+    if n < 65536:
+        return _PACK_LEN2(0x81, 126, n) + payload
+    return _PACK_LEN3(0x81, 127, n) + payload
+
 
 class Delivery(NamedTuple):
-    """One encoded frame of one run, as queued for a subscriber."""
+    """One encoded frame of one run (the run's log and replays hold these)."""
 
     run_id: str
     seq: int
     data: bytes
     last: bool = False  # the run_result frame: a per-run stream may end after it
+
+
+class Batch:
+    """Consecutive live frames of one run, published together and shared by every subscriber.
+
+    The wire bytes are built on first use and then reused for every client: WebSocket frames
+    (``ws``) and NDJSON lines (``ndjson``).
+    """
+
+    __slots__ = ("_ndjson", "_ws", "deliveries", "first_seq", "last", "last_seq", "run_id")
+
+    def __init__(self, run_id: str, deliveries: Sequence[Delivery]) -> None:
+        self.run_id = run_id
+        self.deliveries = deliveries
+        self.first_seq = deliveries[0].seq
+        self.last_seq = deliveries[-1].seq
+        self.last = deliveries[-1].last
+        self._ws: bytes | None = None
+        self._ndjson: bytes | None = None
+
+    def __len__(self) -> int:
+        return len(self.deliveries)
+
+    @property
+    def ws(self) -> bytes:
+        """The batch as WebSocket text frames, one per frame, back to back."""
+        if self._ws is None:
+            self._ws = b"".join([ws_text_frame(d.data) for d in self.deliveries])
+        return self._ws
+
+    @property
+    def ndjson(self) -> bytes:
+        """The batch as NDJSON lines."""
+        if self._ndjson is None:
+            self._ndjson = b"".join([d.data + b"\n" for d in self.deliveries])
+        return self._ndjson
+
+    def after(self, seq: int) -> Batch | None:
+        """The part of the batch after ``seq`` (``None`` if nothing is left)."""
+        rest = [d for d in self.deliveries if d.seq > seq]
+        return Batch(self.run_id, rest) if rest else None
+
+
+# What a subscriber's queue holds: live batches, replayed frames, and our own control messages.
+Item = Batch | Delivery | bytes
+
+
+def frames(items: Iterable[Item]) -> Iterator[Delivery]:
+    """The frames in ``items``, in order (control messages left out)."""
+    for item in items:
+        if isinstance(item, Batch):
+            yield from item.deliveries
+        elif isinstance(item, Delivery):
+            yield item
+
+
+class Sink(Protocol):
+    """A client connection the hub may write to directly (see the module docstring)."""
+
+    def ready(self) -> bool:
+        """True when bytes written now go out without waiting (open and not paused)."""
+
+    def write(self, items: list[Item]) -> None:
+        """Write ``items`` at once, without waiting."""
 
 
 class HubStats:
@@ -41,7 +126,8 @@ class HubStats:
 
 
 class Subscriber:
-    """One client's queue. The hub fills it; the client's own writer task drains it."""
+    """One client's queue. The hub fills it (and writes it out, given a ready sink); otherwise
+    the client's own writer task drains it."""
 
     def __init__(self, *, max_queue: int, name: str = "subscriber") -> None:
         self.name = name
@@ -59,7 +145,10 @@ class Subscriber:
         # Called once when the subscriber is closed: the connection's owner ends the
         # connection from there, since its writer may be blocked on a client that stopped reading.
         self.on_close: Callable[[], None] | None = None
-        self._queue: deque[Delivery | bytes] = deque()
+        # Set by the connection once it can take bytes: the hub then writes it out directly.
+        self.sink: Sink | None = None
+        self.flush_pending = False  # in the hub's list of subscribers to write out this tick
+        self._queue: deque[Item] = deque()
         self._live = 0  # live frames queued (replay and control messages do not count)
         self._wake = asyncio.Event()
 
@@ -68,15 +157,25 @@ class Subscriber:
         """Live frames queued and not yet taken by the writer."""
         return self._live
 
-    def offer(self, delivery: Delivery) -> None:
-        """Queue a live frame without waiting (the hub decides when a subscriber lags)."""
+    def offer(self, batch: Batch) -> bool:
+        """Queue live frames without waiting (the hub decides when a subscriber lags).
+
+        True when something was queued. With a sink, the hub writes it out at the end of the
+        tick; without one, the writer task is woken now.
+        """
         if self.closed:
-            return
-        if delivery.seq <= self.floor.get(delivery.run_id, self.floor_all):
-            return  # the client said it has this one already
-        self._queue.append(delivery)
-        self._live += 1
-        self._wake.set()
+            return False
+        floor = self.floor.get(batch.run_id, self.floor_all)
+        if batch.first_seq <= floor:  # the client said it has (some of) these already
+            rest = batch.after(floor)
+            if rest is None:
+                return False
+            batch = rest
+        self._queue.append(batch)
+        self._live += len(batch.deliveries)
+        if self.sink is None:
+            self._wake.set()
+        return True
 
     def replay(self, deliveries: Iterable[Delivery]) -> None:
         """Queue a snapshot; not bounded by ``max_queue`` (it is already in memory)."""
@@ -105,14 +204,19 @@ class Subscriber:
         if self.on_close is not None:
             self.on_close()
 
-    async def get(self) -> list[Delivery | bytes]:
-        """Everything queued so far, waiting while empty; ``[]`` once closed."""
+    async def wait(self) -> bool:
+        """Wait while nothing is queued; False once closed."""
         while not self._queue and not self.closed:
             self._wake.clear()
             await self._wake.wait()
+        return not self.closed
+
+    async def get(self) -> list[Item]:
+        """Everything queued so far, waiting while empty; ``[]`` once closed."""
+        await self.wait()
         return self.take()
 
-    def take(self) -> list[Delivery | bytes]:
+    def take(self) -> list[Item]:
         """Everything queued so far, without waiting (``[]`` when empty or closed)."""
         if self.closed:
             return []
@@ -121,9 +225,29 @@ class Subscriber:
         self._live = 0
         return items
 
-    def sent(self, delivery: Delivery) -> None:
-        """The writer delivered ``delivery``: a lagging close names the last one sent."""
-        self.last_seq[delivery.run_id] = delivery.seq
+    def flush(self) -> None:
+        """Write out what is queued through the sink if it is ready, else wake the writer."""
+        if self.closed or not self._queue:
+            return
+        sink = self.sink
+        if sink is not None and sink.ready():
+            self.write_to(sink)
+        else:
+            self._wake.set()
+
+    def write_to(self, sink: Sink) -> None:
+        """Take everything queued and write it with one call (the caller checked ``ready``)."""
+        items = self.take()
+        sink.write(items)
+        for item in items:
+            self.sent(item)
+
+    def sent(self, item: Item) -> None:
+        """The writer delivered ``item``: a lagging close names the last frame sent."""
+        if isinstance(item, Batch):
+            self.last_seq[item.run_id] = item.last_seq
+        elif isinstance(item, Delivery):
+            self.last_seq[item.run_id] = item.seq
 
     def lag_reason(self) -> str:
         """The close reason for a lagging subscriber: where to resume (fits 123 bytes).
@@ -145,6 +269,8 @@ class Hub:
         self._all: set[Subscriber] = set()
         self._every: set[Subscriber] = set()
         self.stats = HubStats()
+        self._pending: list[Subscriber] = []  # offered something this tick, to write out
+        self._flush_scheduled = False
 
     @property
     def subscriber_count(self) -> int:
@@ -198,26 +324,45 @@ class Hub:
         """Hand one encoded frame to every interested subscriber; never waits."""
         self.publish_batch(run_id, [Delivery(run_id, seq, data, last)])
 
-    def publish_batch(self, run_id: str, batch: list[Delivery]) -> None:
+    def publish_batch(self, run_id: str, batch: Sequence[Delivery]) -> None:
         """Hand the frames of one stdout chunk to every interested subscriber; never waits.
 
-        A subscriber lags when its queue is still full as the next batch arrives: one chunk
-        can yield hundreds of frames at once, which no client could drain in between.
+        The frames become one :class:`Batch`, queued as one item by every subscriber and
+        encoded for the wire once. A subscriber lags when its queue is still full as the next
+        batch arrives: one chunk can yield hundreds of frames at once, which no client could
+        drain in between.
         """
         if not batch:
             return
-        self.stats.frames_published += len(batch)
+        shared = Batch(run_id, batch)
+        n = len(batch)
+        self.stats.frames_published += n
         targets = list(self._by_run.get(run_id, ()))
-        targets.extend(sub for sub in self._all if run_id not in sub.runs)
+        if self._all:
+            targets.extend(sub for sub in self._all if run_id not in sub.runs)
+        pending = self._pending
         for sub in targets:
             if sub.closed:
                 continue
             if sub.backlog >= sub.max_queue:
                 self._drop(sub)
                 continue
-            for delivery in batch:
-                sub.offer(delivery)
-            self.stats.frames_queued += len(batch)
+            if sub.offer(shared):
+                self.stats.frames_queued += n
+                if sub.sink is not None and not sub.flush_pending:
+                    sub.flush_pending = True
+                    pending.append(sub)
+        if pending and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write out every subscriber that was offered frames this tick (one write each)."""
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, []
+        for sub in pending:
+            sub.flush_pending = False
+            sub.flush()
 
     def _drop(self, sub: Subscriber) -> None:
         self.stats.subscribers_dropped += 1

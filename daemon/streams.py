@@ -15,8 +15,9 @@ from typing import Final
 
 import msgspec
 from aiohttp import WSMsgType, web
+from aiohttp.base_protocol import BaseProtocol
 
-from daemon.hub import Delivery, Hub, Subscriber
+from daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames, ws_text_frame
 from daemon.runs import RunManager
 from daemon.state import CONFIG, HUB, METRICS, STATE, int_query, manager_of
 from daemon.tasks import spawn
@@ -50,15 +51,22 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         hub.detach(sub)
 
 
+def _ndjson(item: Item) -> bytes:
+    if isinstance(item, Batch):
+        return item.ndjson  # built once for every NDJSON client of the run
+    if isinstance(item, Delivery):
+        return item.data + b"\n"
+    return b""  # our WebSocket control messages have no NDJSON form
+
+
 async def _stream_ndjson(response: web.StreamResponse, sub: Subscriber, *, finished: bool) -> None:
     if finished:  # the whole replay is queued already and nothing live will follow
-        items = sub.take()
-        await response.write(b"".join(i.data + b"\n" for i in items if isinstance(i, Delivery)))
+        await response.write(b"".join([_ndjson(item) for item in sub.take()]))
         return
+    # One write per wake-up, for everything queued by then.
     while items := await sub.get():
-        frames = [item for item in items if isinstance(item, Delivery)]
-        await response.write(b"".join(d.data + b"\n" for d in frames))
-        if any(d.last for d in frames):
+        await response.write(b"".join([_ndjson(item) for item in items]))
+        if any(not isinstance(item, bytes) and item.last for item in items):
             return
     # Closed: lagging or shutting down. The stream just ends; the client resumes with after=.
 
@@ -97,8 +105,9 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             manager.follow_all(sub, after)
         elif run_id and await manager.subscribe(sub, run_id, after) == "unknown":
             raise PolicyError(404, "run_not_found", "no run with that id")
+        # No permessage-deflate: every client gets the very same frame bytes (see _WsSink).
         ws = web.WebSocketResponse(
-            heartbeat=30.0, max_msg_size=_WS_MAX_MESSAGE, timeout=_WS_CLOSE_TIMEOUT
+            heartbeat=30.0, max_msg_size=_WS_MAX_MESSAGE, timeout=_WS_CLOSE_TIMEOUT, compress=False
         )
         await ws.prepare(request)
     except BaseException:
@@ -169,13 +178,97 @@ async def _ws_control(manager: RunManager, hub: Hub, sub: Subscriber, data: str)
     sub.control(msgspec.json.encode({"type": "subscribed", "run": message.run}))
 
 
+def _ws_bytes(item: Item) -> bytes:
+    if isinstance(item, Batch):
+        return item.ws  # built once for every WebSocket client of the run
+    if isinstance(item, Delivery):
+        return ws_text_frame(item.data)
+    return ws_text_frame(item)
+
+
+class _WsSink:
+    """The WebSocket's transport, written with ready-made frames (the hub's direct path).
+
+    Frames are whole and each ``write`` is one ``transport.write``, so they never interleave
+    with the frames aiohttp writes itself (pings, pongs, the close frame). Nothing is written
+    once aiohttp has begun closing (``ws.closed`` is set before it sends its close frame).
+    """
+
+    __slots__ = ("_protocol", "_transport", "_ws")
+
+    def __init__(
+        self, ws: web.WebSocketResponse, transport: asyncio.Transport, protocol: BaseProtocol
+    ):
+        self._ws = ws
+        self._transport = transport
+        self._protocol = protocol
+
+    @classmethod
+    def of(cls, ws: web.WebSocketResponse) -> _WsSink | None:
+        """A sink for a prepared, uncompressed WebSocket; ``None`` where that is not available."""
+        writer = ws._writer
+        if writer is None or writer.compress or ws.compress:
+            return None
+        transport, protocol = writer.transport, writer.protocol
+        if not isinstance(protocol, BaseProtocol) or transport.is_closing():
+            return None
+        return cls(ws, transport, protocol)
+
+    def ready(self) -> bool:
+        return not (
+            self._protocol.writing_paused or self._ws.closed or self._transport.is_closing()
+        )
+
+    def write(self, items: list[Item]) -> None:
+        if len(items) == 1:
+            data = _ws_bytes(items[0])
+        else:
+            data = b"".join([_ws_bytes(item) for item in items])
+        self._transport.write(data)
+
+    async def drain(self) -> bool:
+        """Wait until the client has read enough; False when the connection is going."""
+        if self._ws.closed or self._transport.is_closing():
+            return False
+        if self._protocol.writing_paused:
+            try:
+                await self._protocol._drain_helper()
+            except ConnectionError:
+                return False
+        return not (self._ws.closed or self._transport.is_closing())
+
+
 async def _ws_writer(ws: web.WebSocketResponse, sub: Subscriber) -> None:
-    """This client's own writer: a slow client only ever waits here, never in the run."""
+    """This client's own writer: a slow client only ever waits here, never in the run.
+
+    While the client keeps up, the hub writes it out directly (``sub.sink``) and this task
+    sleeps; it writes replays and control messages, and whatever piles up while the client's
+    transport is paused, always everything queued in one write.
+    """
+    sink = _WsSink.of(ws)
+    if sink is None:
+        await _ws_writer_fallback(ws, sub)
+        return
+    sub.sink = sink
+    try:
+        while await sub.wait():
+            if sink.ready():
+                # Take and write in one step, as the hub does: the two never reorder frames.
+                sub.write_to(sink)
+            elif not await sink.drain():
+                return
+    finally:
+        sub.sink = None
+
+
+async def _ws_writer_fallback(ws: web.WebSocketResponse, sub: Subscriber) -> None:
+    """One frame at a time through aiohttp, for a connection without a usable transport."""
     with contextlib.suppress(ConnectionResetError):
         while items := await sub.get():
             for item in items:
                 if isinstance(item, bytes):
                     await ws.send_frame(item, WSMsgType.TEXT)
-                else:
-                    await ws.send_frame(item.data, WSMsgType.TEXT)
-                    sub.sent(item)
+                    continue
+                for delivery in frames([item]):
+                    await ws.send_frame(delivery.data, WSMsgType.TEXT)
+                sub.sent(item)
