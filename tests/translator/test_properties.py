@@ -110,3 +110,63 @@ def test_state_revision_only_grows(data: bytes) -> None:
     ]
     assert revisions == sorted(set(revisions))
     assert revisions[0] == 1
+
+
+def _real_lines() -> list[Any]:
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    lines = []
+    for folder in (root / "golden" / "transcripts", Path(__file__).parent / "golden" / "reference"):
+        for path in sorted(folder.glob("*.jsonl")):
+            lines += [json.loads(raw) for raw in path.read_bytes().splitlines() if raw.strip()]
+    return lines
+
+
+REAL_LINES = _real_lines()
+ODD_VALUES = st.sampled_from([None, 0, -1, 1.5, True, "", "x", [], [1], {}, {"a": 1}, "toolu_x"])
+
+
+@st.composite
+def mutated(draw: Any) -> bytes:
+    """Real CLI lines with values swapped for odd ones at random places (shapes the CLI never
+    sent): the translator must neither raise nor break a card invariant."""
+    import copy
+    import json
+
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        value = copy.deepcopy(draw(st.sampled_from(REAL_LINES)))
+        for _ in range(draw(st.integers(0, 3))):
+            node = value
+            for _ in range(draw(st.integers(0, 4))):
+                children = (
+                    list(node.items())
+                    if isinstance(node, dict)
+                    else list(enumerate(node))
+                    if isinstance(node, list)
+                    else []
+                )
+                children = [(k, v) for k, v in children if isinstance(v, dict | list)]
+                if not children:
+                    break
+                node = draw(st.sampled_from(children))[1]
+            if isinstance(node, dict) and node:
+                key = draw(st.sampled_from(sorted(node)))
+                if draw(st.booleans()):
+                    del node[key]
+                else:
+                    node[key] = copy.deepcopy(draw(ODD_VALUES))
+            elif isinstance(node, list) and node:
+                node[draw(st.integers(0, len(node) - 1))] = copy.deepcopy(draw(ODD_VALUES))
+        out.append(json.dumps(value).encode() + b"\n")
+    return b"".join(out)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated(), REASONS)
+def test_odd_shapes_of_real_lines_never_raise(data: bytes, reason: Any) -> None:
+    outcome = Outcome(reason=reason, exit_code=0 if reason == "exited" else None)
+    check_invariants(run([data], outcome=outcome))
+    check_invariants(run(data.splitlines(keepends=True), outcome=outcome))
