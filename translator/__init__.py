@@ -8,7 +8,7 @@ from translator.frames import FinalResult, Frame, decode_frame, encode_frame, fr
 from translator.lines import LineSplitter
 from translator.outcome import Limits, Outcome, RunContext
 from translator.redact import clean_text, redact_text, redact_value
-from translator.transcript import translate_transcript
+from translator.transcript import translate_chunks, translate_transcript
 
 __all__ = [
     "Card",
@@ -25,5 +25,6 @@ __all__ = [
     "frame_id",
     "redact_text",
     "redact_value",
+    "translate_chunks",
     "translate_transcript",
 ]
