@@ -313,7 +313,7 @@ def clean_flat(value: dict[Any, Any], string_bytes: int, items: int) -> dict[Any
     texts: list[str] = []
     for key, item in value.items():
         known = _keys.get(key) if type(key) is str else None
-        if known is None or known[1] or known[0] is not key:
+        if known is None or known[1] or known[0] != key:
             return None  # a key not seen yet, a secret key, or one that redaction changes
         kind = type(item)
         if kind is str:
