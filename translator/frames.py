@@ -149,6 +149,8 @@ class FinalResult(msgspec.Struct, frozen=True, kw_only=True):
     permission_denials: list[PermissionDenial] = msgspec.field(default_factory=list)
     tools: ToolCounts = msgspec.field(default_factory=ToolCounts)
     files_changed: list[str] = msgspec.field(default_factory=list)
+    # The end of the CLI's stderr (redacted, bounded), when the run did not complete.
+    stderr: str | None = None
 
 
 class RunResult(_Frame, tag="run_result", frozen=True, kw_only=True):

@@ -40,6 +40,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     items: int = 64  # entries kept per list or object in args
     held_lines: int = 1000  # subagent lines waiting for their Task card
     denials: int = 32
+    stderr_chars: int = 2000  # the end of stderr kept in a failed run's result
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,8 +167,16 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
             started=t.tools_started, completed=t.tools_completed, failed=t.tools_failed
         ),
         files_changed=t.files_changed[:200],
+        stderr=_stderr(outcome, limits.stderr_chars) if status != "completed" else None,
     )
     return _fit(result, limits.final_result_bytes)
+
+
+def _stderr(outcome: Outcome, limit: int) -> str | None:
+    # The last lines say why a process died; the daemon already redacted them, and cleaning
+    # again keeps this module's own guarantee whoever built the outcome.
+    tail = outcome.stderr_tail.strip()
+    return clean_chars(tail[-limit:], limit) if tail else None
 
 
 def _fit(result: FinalResult, limit: int) -> FinalResult:
@@ -183,4 +192,6 @@ def _fit(result: FinalResult, limit: int) -> FinalResult:
     if len(msgspec.json.encode(result)) <= limit:
         return result
     denials = [msgspec.structs.replace(d, input=None) for d in result.permission_denials]
-    return msgspec.structs.replace(result, permission_denials=denials, files_changed=[])
+    return msgspec.structs.replace(
+        result, permission_denials=denials, files_changed=[], stderr=None
+    )

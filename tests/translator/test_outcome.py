@@ -143,3 +143,24 @@ def test_the_final_result_stays_within_its_bound() -> None:
     assert len(msgspec.json.encode(result)) <= 3000
     assert result.result.startswith("zzz")
     assert result.result.endswith("bytes cut]")
+
+
+def test_a_failed_run_carries_the_end_of_stderr_redacted() -> None:
+    noisy = (
+        "".join(f"line {n}\n" for n in range(1000))
+        + "fatal: ANTHROPIC_API_KEY=sk-ant-api03-abcdefghijklmnop\n"
+    )
+    crashed = Outcome(reason="exited", exit_code=1, signal=None, stderr_tail=noisy)
+    result = final([init_line()], crashed)
+    assert result["status"] == "failed"
+    assert result["stderr"].endswith("fatal: ANTHROPIC_API_KEY=[redacted]")
+    assert "line 999" in result["stderr"]
+    assert "line 0\n" not in result["stderr"]
+    assert len(result["stderr"]) <= Limits().stderr_chars
+
+
+def test_stderr_is_left_out_of_a_completed_run_and_of_an_empty_tail() -> None:
+    chatty = Outcome(reason="exited", exit_code=0, stderr_tail="a warning\n")
+    assert final([init_line(), result_line("done")], chatty)["stderr"] is None
+    silent = Outcome(reason="exited", exit_code=1, stderr_tail="  \n")
+    assert final([init_line()], silent)["stderr"] is None
