@@ -133,5 +133,7 @@ async def test_cli_fault_ends_cleanly_and_spares_the_other_run(
     if "exit_before_init" in task:
         assert state["exit_code"] == 1
         assert state["result"]["error"]
+        # Why it failed, from the CLI's own stderr.
+        assert "could not start" in state["result"]["stderr"]
     if "crash" in task:
         assert state["result"]["tools"]["failed"] == 1  # the open card closed as failed
