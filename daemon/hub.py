@@ -59,13 +59,13 @@ class Batch:
     (``ws``) and NDJSON lines (``ndjson``).
     """
 
-    __slots__ = ("_ndjson", "_ws", "deliveries", "first_seq", "last", "last_seq", "run_id")
+    __slots__ = ("_ndjson", "_ws", "deliveries", "first_seq", "last", "run_id", "seq")
 
     def __init__(self, run_id: str, deliveries: Sequence[Delivery]) -> None:
         self.run_id = run_id
         self.deliveries = deliveries
         self.first_seq = deliveries[0].seq
-        self.last_seq = deliveries[-1].seq
+        self.seq = deliveries[-1].seq  # the last one, as for a Delivery
         self.last = deliveries[-1].last
         self._ws: bytes | None = None
         self._ndjson: bytes | None = None
@@ -227,7 +227,7 @@ class Subscriber:
 
     def flush(self) -> None:
         """Write out what is queued through the sink if it is ready, else wake the writer."""
-        if self.closed or not self._queue:
+        if not self._queue or self.closed:
             return
         sink = self.sink
         if sink is not None and sink.ready():
@@ -237,16 +237,19 @@ class Subscriber:
 
     def write_to(self, sink: Sink) -> None:
         """Take everything queued and write it with one call (the caller checked ``ready``)."""
-        items = self.take()
+        queue = self._queue
+        items = list(queue)
+        queue.clear()
+        self._live = 0
         sink.write(items)
+        last_seq = self.last_seq
         for item in items:
-            self.sent(item)
+            if not isinstance(item, bytes):
+                last_seq[item.run_id] = item.seq
 
     def sent(self, item: Item) -> None:
         """The writer delivered ``item``: a lagging close names the last frame sent."""
-        if isinstance(item, Batch):
-            self.last_seq[item.run_id] = item.last_seq
-        elif isinstance(item, Delivery):
+        if not isinstance(item, bytes):
             self.last_seq[item.run_id] = item.seq
 
     def lag_reason(self) -> str:

@@ -221,7 +221,8 @@ class _WsSink:
 
     def write(self, items: list[Item]) -> None:
         if len(items) == 1:
-            data = _ws_bytes(items[0])
+            item = items[0]
+            data = item.ws if isinstance(item, Batch) else _ws_bytes(item)
         else:
             data = b"".join([_ws_bytes(item) for item in items])
         self._transport.write(data)
