@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT.parent / "shared" / "reference" / "claude-code-2.1.332"
+# The reference transcripts of the design (shared/reference/claude-code-2.1.332), kept in the
+# repository so that the tests do not depend on what lies beside the checkout.
+REFERENCE = ROOT / "tests" / "translator" / "golden" / "reference"
 PINNED_CLAUDE_VERSION = "2.1.332"
 
 

@@ -125,7 +125,9 @@ def test_watch_all_puts_each_run_under_a_header() -> None:
 
 
 def test_real_transcripts_settle_every_card() -> None:
-    for transcript in sorted(REFERENCE.glob("*.jsonl")):
+    transcripts = sorted(REFERENCE.glob("*.jsonl"))
+    assert len(transcripts) >= 4  # an empty glob must not pass
+    for transcript in transcripts:
         out = io.BytesIO()
         with transcript.open("rb") as src:
             translate_stream(src, out, cwd="/srv/workspaces/demo", run_id="golden")
