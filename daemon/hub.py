@@ -28,6 +28,7 @@ from typing import Final, NamedTuple, Protocol
 
 CLOSE_LAGGING: Final = 4008
 CLOSE_GOING_AWAY: Final = 1001
+CLOSE_INTERNAL_ERROR: Final = 1011
 
 _PACK_LEN2: Final = struct.Struct("!BBH").pack
 _PACK_LEN3: Final = struct.Struct("!BBQ").pack
@@ -69,9 +70,6 @@ class Batch:
         self.last = deliveries[-1].last
         self._ws: bytes | None = None
         self._ndjson: bytes | None = None
-
-    def __len__(self) -> int:
-        return len(self.deliveries)
 
     @property
     def ws(self) -> bytes:
@@ -238,6 +236,13 @@ class Subscriber:
     def write_to(self, sink: Sink) -> None:
         """Take everything queued and write it with one call (the caller checked ``ready``)."""
         queue = self._queue
+        if len(queue) == 1:  # the usual case: this tick's one batch
+            item = queue.pop()
+            self._live = 0
+            sink.write([item])
+            if not isinstance(item, bytes):
+                self.last_seq[item.run_id] = item.seq
+            return
         items = list(queue)
         queue.clear()
         self._live = 0
@@ -365,7 +370,11 @@ class Hub:
         pending, self._pending = self._pending, []
         for sub in pending:
             sub.flush_pending = False
-            sub.flush()
+            try:
+                sub.flush()
+            except Exception:  # one broken connection must not stop the others' writes
+                sub.close(CLOSE_INTERNAL_ERROR, "write failed")
+                self.detach(sub)
 
     def _drop(self, sub: Subscriber) -> None:
         self.stats.subscribers_dropped += 1

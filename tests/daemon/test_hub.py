@@ -8,6 +8,7 @@ import random
 
 from daemon.hub import (
     CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
     CLOSE_LAGGING,
     Batch,
     Delivery,
@@ -253,3 +254,27 @@ async def test_a_paused_sink_leaves_frames_to_the_writer_and_then_lags() -> None
     assert sub.close_code == CLOSE_LAGGING
     assert sub.close_reason == "lagging, reconnect with after=1"
     assert not await sub.wait()
+
+
+class BrokenSink(FakeSink):
+    def write(self, items: list[Item]) -> None:
+        raise RuntimeError("the handler is closed")
+
+
+async def test_a_sink_that_fails_closes_its_subscriber_only() -> None:
+    hub = Hub()
+    run = FakeRun(hub)
+    broken, fine = Subscriber(max_queue=16), Subscriber(max_queue=16)
+    broken.sink = BrokenSink()
+    fine.sink = sink = FakeSink()
+    run.subscribe(broken, 0)
+    run.subscribe(fine, 0)
+    run.emit()
+    await asyncio.sleep(0)
+    assert broken.closed
+    assert broken.close_code == CLOSE_INTERNAL_ERROR
+    assert sink.writes == [[1]]
+    run.emit()
+    await asyncio.sleep(0)
+    assert sink.writes == [[1], [2]]
+    assert hub.subscriber_count == 1
