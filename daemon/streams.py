@@ -1,10 +1,13 @@
 """Frame streams to clients: NDJSON (``/v1/runs/{id}/events``) and WebSocket (``/v1/ws``).
 
 Each connection is one hub :class:`Subscriber` with its own writer task; the handler only reads
-the client's messages. When the hub closes a subscriber (it lagged, or the daemon is going
-away) the handler stops reading and closes the WebSocket itself with the hub's code, so the
-close handshake can wait for the client's answer even while the writer is stuck behind a
-client that stopped reading.
+the client's messages. A WebSocket that keeps up is written by the hub itself, through a
+:class:`_WsSink`, once per loop tick with the batch's shared frame bytes; its writer task only
+writes replays, control messages, and what piles up while the client is slow.
+
+When the hub closes a subscriber (it lagged, or the daemon is going away) the handler stops
+reading and closes the WebSocket itself with the hub's code, so the close handshake can wait
+for the client's answer even while the writer is stuck behind a client that stopped reading.
 """
 
 from __future__ import annotations
@@ -198,7 +201,7 @@ class _WsSink:
 
     def __init__(
         self, ws: web.WebSocketResponse, transport: asyncio.Transport, protocol: BaseProtocol
-    ):
+    ) -> None:
         self._ws = ws
         self._transport = transport
         self._protocol = protocol
