@@ -34,14 +34,21 @@ _PACK_LEN2: Final = struct.Struct("!BBH").pack
 _PACK_LEN3: Final = struct.Struct("!BBQ").pack
 
 
-def ws_text_frame(payload: bytes) -> bytes:
-    """One unfragmented WebSocket text frame from a server (RFC 6455 5.2: servers never mask)."""
-    n = len(payload)
+_SHORT_HEADERS: Final = tuple(bytes((0x81, n)) for n in range(126))
+
+
+def _ws_header(n: int) -> bytes:
+    """The header of an unfragmented text frame from a server (RFC 6455 5.2: never masked)."""
     if n < 126:
-        return bytes((0x81, n)) + payload
+        return _SHORT_HEADERS[n]
     if n < 65536:
-        return _PACK_LEN2(0x81, 126, n) + payload
-    return _PACK_LEN3(0x81, 127, n) + payload
+        return _PACK_LEN2(0x81, 126, n)
+    return _PACK_LEN3(0x81, 127, n)
+
+
+def ws_text_frame(payload: bytes) -> bytes:
+    """One unfragmented WebSocket text frame from a server."""
+    return _ws_header(len(payload)) + payload
 
 
 class Delivery(NamedTuple):
@@ -75,7 +82,11 @@ class Batch:
     def ws(self) -> bytes:
         """The batch as WebSocket text frames, one per frame, back to back."""
         if self._ws is None:
-            self._ws = b"".join([ws_text_frame(d.data) for d in self.deliveries])
+            parts: list[bytes] = []
+            for d in self.deliveries:  # headers and payloads, copied once, by the join
+                parts.append(_ws_header(len(d.data)))
+                parts.append(d.data)
+            self._ws = b"".join(parts)
         return self._ws
 
     @property
