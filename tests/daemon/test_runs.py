@@ -65,6 +65,7 @@ async def test_cancel_kills_a_child_that_ignores_sigterm(daemon: Daemon) -> None
 
 async def test_waiting_caller_that_disconnects_cancels_its_run(daemon: Daemon) -> None:
     async with daemon.ws("?run=*") as ws:
+
         async def wait_for_the_answer() -> None:
             async with daemon.http.post(
                 f"{BASE}/v1/runs", json={"task": "fake: ignore_term", "wait": True}
