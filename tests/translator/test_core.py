@@ -200,6 +200,14 @@ def test_permission_denied_closes_failed_with_the_reason_and_lists_the_denial() 
                 tool_use_id="t9",
                 decision_reason="denied",
             ),
+            # The same denial said twice is listed once.
+            line(
+                type="system",
+                subtype="permission_denied",
+                tool_name="Write",
+                tool_use_id="t9",
+                decision_reason="denied",
+            ),
             line(type="system", subtype="permission_denied", tool_name="Write"),
             result_line(
                 permission_denials=[

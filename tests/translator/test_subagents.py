@@ -56,6 +56,20 @@ def test_subagent_lines_before_their_task_are_held_then_shown() -> None:
     ]
 
 
+def test_a_result_whose_synthetic_card_is_closed_by_held_lines_closes_it_once() -> None:
+    # A result line claiming to be inside its own (unknown) subagent is held under that id;
+    # the plain result for the same id then opens a synthetic card, which replays the held
+    # line, which closes it: the plain result must not close it a second time.
+    frames = as_data(
+        run([tool_result("x", "held", parent="x"), tool_result("x", "late")], context())
+    )
+    assert [(f["type"], f.get("tool_id")) for f in frames if "tool" in f["type"]] == [
+        ("tool_call", "claude:x"),
+        ("tool_result", "claude:x"),
+    ]
+    assert of_type(frames, "tool_result")[0]["result"] == "held"
+
+
 def test_held_lines_are_bounded_and_never_dropped() -> None:
     early = [assistant(tool_use(f"t{i}", "Read"), parent="task") for i in range(4)]
     frames = run(early, context(parent_tool_call_id=None), limits=Limits(held_lines=2))
