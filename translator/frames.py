@@ -32,6 +32,7 @@ RunStatus = Literal["completed", "failed", "cancelled", "timeout", "interrupted"
 class _Frame(
     msgspec.Struct,
     frozen=True,
+    gc=False,
     kw_only=True,
     omit_defaults=True,
     tag_field="type",
@@ -119,19 +120,19 @@ class ProviderActivity(_Frame, tag="provider_activity", frozen=True, kw_only=Tru
     files: list[str] | None = None  # file_change rows: the files, relative to the run's cwd
 
 
-class PermissionDenial(msgspec.Struct, frozen=True, kw_only=True):
+class PermissionDenial(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     tool_id: str
     name: str
     input: Any = None
 
 
-class ToolCounts(msgspec.Struct, frozen=True, kw_only=True):
+class ToolCounts(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     started: int = 0
     completed: int = 0
     failed: int = 0
 
 
-class FinalResult(msgspec.Struct, frozen=True, kw_only=True):
+class FinalResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The run's one result: the HTTP answer with ``wait`` and the body of ``run_result``."""
 
     provider: str = PROVIDER

@@ -21,7 +21,7 @@ import msgspec
 _RAW_NULL: Final = msgspec.Raw(b"null")
 
 
-class Block(msgspec.Struct):
+class Block(msgspec.Struct, gc=False):
     """A content block of an assistant message (text, thinking, tool_use, …)."""
 
     type: str
@@ -31,18 +31,18 @@ class Block(msgspec.Struct):
     input: Any = None
 
 
-class Message(msgspec.Struct):
+class Message(msgspec.Struct, gc=False):
     content: list[Block] | str = ""
 
 
-class Part(msgspec.Struct):
+class Part(msgspec.Struct, gc=False):
     """A part of a tool_result's content list (text, image, …)."""
 
     type: str = ""
     text: str | None = None
 
 
-class ResultBlock(msgspec.Struct):
+class ResultBlock(msgspec.Struct, gc=False):
     """A content block of a user message; only ``tool_result`` blocks matter."""
 
     type: str = ""
@@ -51,11 +51,11 @@ class ResultBlock(msgspec.Struct):
     is_error: bool | None = None
 
 
-class UserMessage(msgspec.Struct):
+class UserMessage(msgspec.Struct, gc=False):
     content: list[ResultBlock] | str = ""
 
 
-class _Line(msgspec.Struct, tag_field="type"):
+class _Line(msgspec.Struct, tag_field="type", gc=False):
     pass
 
 
@@ -127,20 +127,20 @@ Line = Assistant | User | System | Result | ToolProgressLine | StreamEvent | Rat
 # --- system subtypes the translator acts on (decoded a second time) ---------------------------
 
 
-class TaskUsage(msgspec.Struct):
+class TaskUsage(msgspec.Struct, gc=False):
     total_tokens: int | None = None
     tool_uses: int | None = None
     duration_ms: int | None = None
 
 
-class TaskPatch(msgspec.Struct):
+class TaskPatch(msgspec.Struct, gc=False):
     status: str | None = None
 
 
 # --- tool_use_result shapes --------------------------------------------------------------------
 
 
-class Hunk(msgspec.Struct):
+class Hunk(msgspec.Struct, gc=False):
     oldStart: int
     oldLines: int
     newStart: int
@@ -148,19 +148,19 @@ class Hunk(msgspec.Struct):
     lines: list[str]
 
 
-class ToolUseResult(msgspec.Struct):
+class ToolUseResult(msgspec.Struct, gc=False):
     status: str | None = None  # "async_launched" for a background subagent
     type: str | None = None  # Write: "create" | "update"
     structuredPatch: list[Hunk] | None = None
 
 
-class Denial(msgspec.Struct):
+class Denial(msgspec.Struct, gc=False):
     tool_use_id: str | None = None
     tool_name: str | None = None
     tool_input: Any = None
 
 
-class _Envelope(msgspec.Struct):
+class _Envelope(msgspec.Struct, gc=False):
     type: str | None = None
 
 
