@@ -61,6 +61,10 @@ def connect(path: str) -> sqlite3.Connection:
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
+    if path != ":memory:":
+        # Runs hold tasks, tool output and results: readable by the daemon's user only. SQLite
+        # gives the -wal and -shm files the mode of the database file.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     # Made, used and closed on the store thread only; autocommit, transactions are explicit.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:

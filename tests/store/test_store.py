@@ -307,3 +307,16 @@ async def test_frames_other_runs_append_during_a_flush_are_not_a_failure(store: 
     await store.flush()
     await store.flush()
     assert await store.frames_after("r2", 0) == [frame("r2", 1)]
+
+
+async def test_the_database_files_are_private_to_the_daemons_user(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "runs.db"
+    store = await RunStore.open(str(path))
+    try:
+        await store.create_run(record("r1"))
+        store.append_frame("r1", 1, frame("r1", 1))
+        await store.flush()
+        for name in ("runs.db", "runs.db-wal", "runs.db-shm"):
+            assert (path.parent / name).stat().st_mode & 0o077 == 0, name
+    finally:
+        await store.close()
