@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench translator")
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv if argv is not None else [])
+    # The runner passes every option to every benchmark: ignore the others' options.
+    args, _ = parser.parse_known_args(argv if argv is not None else [])
     corpus = build_corpus(args.lines)
     with tempfile.TemporaryDirectory() as tmp:
         corpus_path = Path(tmp) / "corpus.jsonl"
