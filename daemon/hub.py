@@ -1,21 +1,29 @@
 """Fan-out of encoded frames to subscribers (WebSocket and NDJSON clients).
 
-The run publishes the frames of each stdout chunk once, already encoded, as one :class:`Batch`;
-the hub hands that same object to every subscriber of the run, and the batch builds its
-WebSocket bytes (and NDJSON bytes) once, for all of them. The publisher never awaits a client:
-each subscriber owns a bounded queue and its own writer task (see ``daemon/streams.py``). A
-subscriber whose queue is full is closed with :data:`CLOSE_LAGGING` and reconnects with
-``after=<last seq it got>``; the run and the other subscribers never wait for it.
+The run publishes the frames of each stdout chunk, already encoded; the hub gathers what a run
+publishes until its next write-out and hands it to every subscriber of the run as one shared
+:class:`Batch`, which builds its WebSocket bytes (and NDJSON bytes) once, for all of them. The
+publisher never awaits a client: each subscriber owns a bounded queue and its own writer task
+(see ``daemon/streams.py``). A subscriber whose queue is full is closed with
+:data:`CLOSE_LAGGING` and reconnects with ``after=<last seq it got>``; the run and the other
+subscribers never wait for it.
 
-Writing: a subscriber with a :class:`Sink` (a WebSocket whose transport takes bytes now) is
-written by the hub itself, once per event-loop tick for everything published in that tick, with
-one ``transport.write`` — no task wake-up and no syscall per frame. Only a client whose
-transport is paused (it reads slower than we write) or one without a sink is left to its own
-writer task, which takes everything queued at once and waits for that client alone.
+Writing out: a subscriber with a :class:`Sink` (a WebSocket whose transport takes bytes now)
+and nothing queued is written by the hub itself, one ``transport.write`` per write-out, with no
+task wake-up; anything else is queued for the subscriber's own writer task, which takes
+everything queued at once and waits for that client alone.
 
-Snapshot + live is atomic because both happen in one synchronous step: the caller reads the
-replay from the run's in-memory frame log and registers the subscriber without awaiting in
-between, and the run appends to that log and publishes in one synchronous step as well.
+When: at the end of the loop tick in which frames were published, so a quiet run's frames go
+out at once. When many subscribers follow a run, the next write-out waits until a short window
+has passed since the last one (:data:`WINDOW_PER_SUBSCRIBER` for each subscriber the last one
+reached, at most :data:`WINDOW_MAX`): a run printing thousands of lines a second then costs each
+client one write per window rather than one per line, which is what keeps latency flat on a
+busy machine (bench/RESULTS.md).
+
+Snapshot + live is atomic: the caller reads the replay from the run's in-memory frame log and
+registers the subscriber without awaiting in between, the run appends to that log and publishes
+in one synchronous step as well, and the hub hands out whatever it has gathered before it
+registers a new subscriber (those frames are in the snapshot already).
 """
 
 from __future__ import annotations
@@ -29,6 +37,11 @@ from typing import Final, NamedTuple, Protocol
 CLOSE_LAGGING: Final = 4008
 CLOSE_GOING_AWAY: Final = 1001
 CLOSE_INTERNAL_ERROR: Final = 1011
+
+# Write-out pacing (see the module docstring). Below WINDOW_MIN_SUBSCRIBERS there is no window.
+WINDOW_MIN_SUBSCRIBERS: Final = 16
+WINDOW_PER_SUBSCRIBER: Final = 20e-6
+WINDOW_MAX: Final = 0.002
 
 _PACK_LEN2: Final = struct.Struct("!BBH").pack
 _PACK_LEN3: Final = struct.Struct("!BBQ").pack
@@ -124,6 +137,9 @@ class Sink(Protocol):
     def write(self, items: list[Item]) -> None:
         """Write ``items`` at once, without waiting."""
 
+    def write_batch(self, batch: Batch) -> bool:
+        """Write ``batch`` if it goes out without waiting (as ``ready``); False: nothing written."""
+
 
 class HubStats:
     """Counters the hub keeps for ``/metrics``."""
@@ -156,7 +172,6 @@ class Subscriber:
         self.on_close: Callable[[], None] | None = None
         # Set by the connection once it can take bytes: the hub then writes it out directly.
         self.sink: Sink | None = None
-        self.flush_pending = False  # in the hub's list of subscribers to write out this tick
         self._queue: deque[Item] = deque()
         self._live = 0  # live frames queued (replay and control messages do not count)
         self._wake = asyncio.Event()
@@ -166,25 +181,29 @@ class Subscriber:
         """Live frames queued and not yet taken by the writer."""
         return self._live
 
-    def offer(self, batch: Batch) -> bool:
-        """Queue live frames without waiting (the hub decides when a subscriber lags).
+    def push(self, batch: Batch) -> int:
+        """Take live frames without waiting (the hub decides when a subscriber lags).
 
-        True when something was queued. With a sink, the hub writes it out at the end of the
-        tick; without one, the writer task is woken now.
+        Written at once through a ready sink when nothing is queued before them; queued for the
+        writer task otherwise. Returns how many frames were taken (the part of the batch after
+        the subscriber's floor).
         """
         if self.closed:
-            return False
+            return 0
         floor = self.floor.get(batch.run_id, self.floor_all)
         if batch.first_seq <= floor:  # the client said it has (some of) these already
             rest = batch.after(floor)
             if rest is None:
-                return False
+                return 0
             batch = rest
-        self._queue.append(batch)
-        self._live += len(batch.deliveries)
-        if self.sink is None:
+        sink = self.sink
+        if sink is not None and not self._queue and sink.write_batch(batch):
+            self.last_seq[batch.run_id] = batch.seq
+        else:
+            self._queue.append(batch)
+            self._live += len(batch.deliveries)
             self._wake.set()
-        return True
+        return len(batch.deliveries)
 
     def replay(self, deliveries: Iterable[Delivery]) -> None:
         """Queue a snapshot; not bounded by ``max_queue`` (it is already in memory)."""
@@ -234,16 +253,6 @@ class Subscriber:
         self._live = 0
         return items
 
-    def flush(self) -> None:
-        """Write out what is queued through the sink if it is ready, else wake the writer."""
-        if not self._queue or self.closed:
-            return
-        sink = self.sink
-        if sink is not None and sink.ready():
-            self.write_to(sink)
-        else:
-            self._wake.set()
-
     def write_to(self, sink: Sink) -> None:
         """Take everything queued and write it with one call (the caller checked ``ready``)."""
         queue = self._queue
@@ -288,8 +297,11 @@ class Hub:
         self._all: set[Subscriber] = set()
         self._every: set[Subscriber] = set()
         self.stats = HubStats()
-        self._pending: list[Subscriber] = []  # offered something this tick, to write out
-        self._flush_scheduled = False
+        # Frames published since the last write-out, per run, in order.
+        self._gathered: dict[str, list[Delivery]] = {}
+        self._scheduled: asyncio.Handle | None = None
+        self._last_write_out = 0.0  # loop time
+        self._window = 0.0
 
     @property
     def subscriber_count(self) -> int:
@@ -304,6 +316,7 @@ class Hub:
         self, sub: Subscriber, run_id: str, snapshot: Iterable[Delivery], after: int = 0
     ) -> None:
         """Queue ``snapshot`` and register for live frames of ``run_id`` after ``after``."""
+        self.hand_out()  # what is gathered is in the snapshot already: not for this one
         self._every.add(sub)
         sub.replay(snapshot)
         sub.floor[run_id] = after
@@ -312,6 +325,7 @@ class Hub:
 
     def follow_all(self, sub: Subscriber, snapshot: Iterable[Delivery], after: int = 0) -> None:
         """Queue ``snapshot`` and register for live frames of every run, new ones too."""
+        self.hand_out()
         self._every.add(sub)
         sub.replay(snapshot)
         sub.floor_all = after
@@ -344,48 +358,67 @@ class Hub:
         self.publish_batch(run_id, [Delivery(run_id, seq, data, last)])
 
     def publish_batch(self, run_id: str, batch: Sequence[Delivery]) -> None:
-        """Hand the frames of one stdout chunk to every interested subscriber; never waits.
-
-        The frames become one :class:`Batch`, queued as one item by every subscriber and
-        encoded for the wire once. A subscriber lags when its queue is still full as the next
-        batch arrives: one chunk can yield hundreds of frames at once, which no client could
-        drain in between.
-        """
+        """Gather the frames of one stdout chunk for the next write-out; never waits."""
         if not batch:
             return
-        shared = Batch(run_id, batch)
-        n = len(batch)
-        self.stats.frames_published += n
+        self.stats.frames_published += len(batch)
+        gathered = self._gathered.get(run_id)
+        if gathered is None:
+            self._gathered[run_id] = list(batch)
+        else:
+            gathered.extend(batch)
+        if self._scheduled is None:
+            loop = asyncio.get_running_loop()
+            due = self._last_write_out + self._window
+            if due > loop.time():
+                self._scheduled = loop.call_at(due, self._write_out)
+            else:
+                self._scheduled = loop.call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        self._scheduled = None
+        self._last_write_out = asyncio.get_running_loop().time()
+        written = self.hand_out()
+        if written < WINDOW_MIN_SUBSCRIBERS:
+            self._window = 0.0
+        else:
+            self._window = min(WINDOW_MAX, written * WINDOW_PER_SUBSCRIBER)
+
+    def hand_out(self) -> int:
+        """Hand everything gathered to the subscribers now; returns the subscribers reached.
+
+        Each run's gathered frames become one :class:`Batch`, taken by every subscriber as one
+        item and encoded for the wire once. A subscriber lags when its queue is still full as
+        the next batch arrives: one batch can hold hundreds of frames, which no client could
+        drain in between.
+        """
+        if not self._gathered:
+            return 0
+        gathered, self._gathered = self._gathered, {}
+        reached = 0
+        for run_id, deliveries in gathered.items():
+            reached += self._hand_out(Batch(run_id, deliveries))
+        return reached
+
+    def _hand_out(self, batch: Batch) -> int:
+        run_id = batch.run_id
         targets = list(self._by_run.get(run_id, ()))
         if self._all:
             targets.extend(sub for sub in self._all if run_id not in sub.runs)
-        pending = self._pending
+        taken = 0
         for sub in targets:
             if sub.closed:
                 continue
             if sub.backlog >= sub.max_queue:
                 self._drop(sub)
                 continue
-            if sub.offer(shared):
-                self.stats.frames_queued += n
-                if sub.sink is not None and not sub.flush_pending:
-                    sub.flush_pending = True
-                    pending.append(sub)
-        if pending and not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """Write out every subscriber that was offered frames this tick (one write each)."""
-        self._flush_scheduled = False
-        pending, self._pending = self._pending, []
-        for sub in pending:
-            sub.flush_pending = False
             try:
-                sub.flush()
+                taken += sub.push(batch)
             except Exception:  # one broken connection must not stop the others' writes
                 sub.close(CLOSE_INTERNAL_ERROR, "write failed")
                 self.detach(sub)
+        self.stats.frames_queued += taken
+        return len(targets)
 
     def _drop(self, sub: Subscriber) -> None:
         self.stats.subscribers_dropped += 1
@@ -393,7 +426,11 @@ class Hub:
         self.detach(sub)
 
     def close_all(self, code: int, reason: str) -> None:
-        """Close every subscriber (shutdown: GOING_AWAY)."""
+        """Hand out what is gathered, then close every subscriber (shutdown: GOING_AWAY)."""
+        self.hand_out()
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
         for sub in list(self._every):
             sub.close(code, reason)
             self.detach(sub)

@@ -2,7 +2,7 @@
 
 Each connection is one hub :class:`Subscriber` with its own writer task; the handler only reads
 the client's messages. A WebSocket that keeps up is written by the hub itself, through a
-:class:`_WsSink`, once per loop tick with the batch's shared frame bytes; its writer task only
+:class:`_WsSink`, once per write-out with the batch's shared frame bytes; its writer task only
 writes replays, control messages, and what piles up while the client is slow.
 
 When the hub closes a subscriber (it lagged, or the daemon is going away) the handler stops
@@ -221,6 +221,13 @@ class _WsSink:
         return not (
             self._protocol.writing_paused or self._ws.closed or self._transport.is_closing()
         )
+
+    def write_batch(self, batch: Batch) -> bool:
+        # The hub's hot path, once per subscriber per write-out: ``ready`` and the write inline.
+        if self._protocol.writing_paused or self._ws.closed or self._transport.is_closing():
+            return False
+        self._transport.write(batch.ws)
+        return True
 
     def write(self, items: list[Item]) -> None:
         if len(items) == 1:

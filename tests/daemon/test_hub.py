@@ -1,15 +1,19 @@
 """The hub alone: snapshot + live without gap or duplicate, lagging subscribers dropped, each
-batch encoded once and written out once per tick."""
+batch encoded once and written out once per tick, or once per window when a crowd follows."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 
+import pytest
+
+from daemon import hub as hub_module
 from daemon.hub import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_LAGGING,
+    WINDOW_MIN_SUBSCRIBERS,
     Batch,
     Delivery,
     Hub,
@@ -111,8 +115,12 @@ async def test_lag_reason_names_the_last_seq_delivered() -> None:
     for item in await sub.get():
         sub.sent(item)
     assert sub.last_seq == {"r1": 3}
-    for _ in range(17):
+    for _ in range(16):
         run.emit()
+    hub.hand_out()  # one write-out: 16 queued, the bound
+    assert not sub.closed
+    run.emit()
+    hub.hand_out()  # the next one finds the queue still full
     assert sub.close_reason == "lagging, reconnect with after=3"
 
 
@@ -154,6 +162,7 @@ async def test_replay_and_control_messages_do_not_count_against_the_bound() -> N
     run.subscribe(sub, 0)
     sub.control(b'{"type":"subscribed"}')
     run.emit()
+    hub.hand_out()
     assert not sub.closed
     items = await sub.get()
     assert len(items) == 52
@@ -174,8 +183,11 @@ async def test_a_batch_is_one_shared_item_encoded_once() -> None:
     a, b = Subscriber(max_queue=16), Subscriber(max_queue=16)
     hub.subscribe(a, "r1", [])
     hub.subscribe(b, "r1", [])
-    hub.publish_batch("r1", [Delivery("r1", 1, b"one"), Delivery("r1", 2, b"two", last=True)])
-    (item_a,) = a.take()
+    hub.publish_batch("r1", [Delivery("r1", 1, b"one")])
+    hub.publish_batch("r1", [Delivery("r1", 2, b"two", last=True)])
+    assert a.take() == []  # gathered until the write-out
+    hub.hand_out()
+    (item_a,) = a.take()  # both chunks, as one item
     (item_b,) = b.take()
     assert item_a is item_b
     assert isinstance(item_a, Batch)
@@ -193,10 +205,12 @@ async def test_a_batch_straddling_the_floor_is_cut_for_that_subscriber() -> None
     hub.subscribe(sub, "r1", [], after=5)
     hub.publish_batch("r1", [Delivery("r1", s, b"%d" % s) for s in (1, 2, 3)])
     hub.publish_batch("r1", [Delivery("r1", s, b"%d" % s) for s in (4, 5)])
+    hub.hand_out()
     assert sub.take() == []  # nothing queued: it has all of these
     # a later join may name a seq inside the next batch
     sub.floor["r1"] = 6
     hub.publish_batch("r1", [Delivery("r1", s, b"%d" % s) for s in (6, 7, 8)])
+    hub.hand_out()
     items = sub.take()
     assert [d.seq for d in frames(items)] == [7, 8]
     assert sub.backlog == 0
@@ -206,12 +220,19 @@ class FakeSink:
     def __init__(self) -> None:
         self.open = True
         self.writes: list[list[int]] = []
+        self.wrote = asyncio.Event()
 
     def ready(self) -> bool:
         return self.open
 
     def write(self, items: list[Item]) -> None:
         self.writes.append([d.seq for d in frames(items)])
+        self.wrote.set()
+
+    def write_batch(self, batch: Batch) -> bool:
+        if self.open:
+            self.write([batch])
+        return self.open
 
 
 async def test_a_ready_sink_gets_everything_of_a_tick_in_one_write() -> None:
@@ -250,6 +271,7 @@ async def test_a_paused_sink_leaves_frames_to_the_writer_and_then_lags() -> None
     assert sink.writes == [[1]]
     assert sub.backlog == 8
     run.emit()  # queue full as the next batch comes: closed, naming the last seq written
+    hub.hand_out()
     assert sub.closed
     assert sub.close_code == CLOSE_LAGGING
     assert sub.close_reason == "lagging, reconnect with after=1"
@@ -257,7 +279,7 @@ async def test_a_paused_sink_leaves_frames_to_the_writer_and_then_lags() -> None
 
 
 class BrokenSink(FakeSink):
-    def write(self, items: list[Item]) -> None:
+    def write_batch(self, batch: Batch) -> bool:
         raise RuntimeError("the handler is closed")
 
 
@@ -278,3 +300,67 @@ async def test_a_sink_that_fails_closes_its_subscriber_only() -> None:
     await asyncio.sleep(0)
     assert sink.writes == [[1], [2]]
     assert hub.subscriber_count == 1
+
+
+def _crowd(run: FakeRun, n: int = WINDOW_MIN_SUBSCRIBERS) -> list[FakeSink]:
+    sinks = []
+    for _ in range(n):
+        sub = Subscriber(max_queue=64)
+        sub.sink = sink = FakeSink()
+        run.subscribe(sub, 0)
+        sinks.append(sink)
+    return sinks
+
+
+async def test_a_crowded_run_is_written_once_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", 3600.0)
+    monkeypatch.setattr(hub_module, "WINDOW_MAX", 3600.0)  # no timer fires during the test
+    hub = Hub()
+    run = FakeRun(hub)
+    sinks = _crowd(run)
+    run.emit()
+    await asyncio.sleep(0)  # the first write-out comes at the end of the tick
+    assert all(sink.writes == [[1]] for sink in sinks)
+    for _ in range(3):
+        run.emit()
+        await asyncio.sleep(0)  # ticks pass, but the window since that write-out has not
+    assert all(sink.writes == [[1]] for sink in sinks)
+    hub.close_all(CLOSE_GOING_AWAY, "bye")  # hands out what is gathered before closing
+    assert all(sink.writes == [[1], [2, 3, 4]] for sink in sinks)
+
+
+async def test_a_crowded_run_is_written_when_its_window_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", 1.0)
+    monkeypatch.setattr(hub_module, "WINDOW_MAX", 0.01)
+    hub = Hub()
+    run = FakeRun(hub)
+    sinks = _crowd(run)
+    run.emit()
+    await asyncio.sleep(0)
+    sinks[0].wrote.clear()
+    run.emit()
+    run.emit()
+    async with asyncio.timeout(30):  # nothing but the hub's timer writes it out
+        await sinks[0].wrote.wait()
+    assert all(sink.writes == [[1], [2, 3]] for sink in sinks)
+
+
+async def test_a_new_subscriber_gets_gathered_frames_once_from_its_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", 3600.0)
+    monkeypatch.setattr(hub_module, "WINDOW_MAX", 3600.0)
+    hub = Hub()
+    run = FakeRun(hub)
+    sinks = _crowd(run)
+    run.emit()
+    await asyncio.sleep(0)
+    run.emit()  # gathered, not yet written out
+    late = Subscriber(max_queue=64)
+    run.subscribe(late, 0)  # its snapshot holds frame 2; the others get it now
+    assert all(sink.writes == [[1], [2]] for sink in sinks)
+    run.emit()
+    hub.hand_out()
+    assert [d.seq for d in frames(late.take())] == [1, 2, 3]
