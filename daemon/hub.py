@@ -32,7 +32,9 @@ import asyncio
 import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, NamedTuple, Protocol
+from typing import Final, Protocol
+
+import msgspec
 
 CLOSE_LAGGING: Final = 4008
 CLOSE_GOING_AWAY: Final = 1001
@@ -64,8 +66,13 @@ def ws_text_frame(payload: bytes) -> bytes:
     return _ws_header(len(payload)) + payload
 
 
-class Delivery(NamedTuple):
-    """One encoded frame of one run (the run's log and replays hold these)."""
+class Delivery(msgspec.Struct, frozen=True, gc=False):
+    """One encoded frame of one run (the run's log and replays hold these).
+
+    Untracked by the cyclic garbage collector (it holds no containers): a daemon keeps up to
+    ``[limits] replay_frames`` of these per recent run, and tracked they made every full
+    collection walk them all, pausing the fan-out for tens of milliseconds (bench/RESULTS.md).
+    """
 
     run_id: str
     seq: int
