@@ -85,6 +85,7 @@ class _Args(msgspec.Struct):
 
 class _Frame(msgspec.Struct):
     type: str
+    seq: int = 0
     args: _Args | None = None
 
 
@@ -102,12 +103,14 @@ class Result:
     latencies_ms: list[float]
     cpu_s: float = 0.0
     dropped: int = 0
+    resumed: int = 0  # times a probe was closed as lagging and reconnected with after=
 
     def row(self) -> str:
         lat = self.latencies_ms
         rate = self.frames / self.wall_s if self.wall_s else 0.0
         extra = f"  daemon CPU {self.cpu_s * 1e6 / self.lines:6.1f} us/line" if self.cpu_s else ""
         drops = f"  dropped {self.dropped}" if self.dropped else ""
+        drops += f" (probes resumed {self.resumed}x)" if self.resumed else ""
         return (
             f"  {self.label:34} {self.wall_s:7.3f} s {rate:9.0f} frames/s  latency ms"
             f" p50 {percentile(lat, 0.5):6.2f} p99 {percentile(lat, 0.99):7.2f}"
@@ -159,17 +162,36 @@ def _rate(rate: float) -> str:
     return f"@ {rate:g} lines/s" if rate else "@ max"
 
 
-async def _probe(ws: aiohttp.ClientWebSocketResponse, out: list[tuple[float, float]]) -> None:
-    """Read frames until run_result; (receive time, sent_at) for each stamped tool_call."""
-    async for msg in ws:
-        if msg.type != aiohttp.WSMsgType.TEXT:
-            break
-        now = time.time()
-        frame = _decode_frame(msg.data)
-        if frame.type == "tool_call" and frame.args is not None:
-            out.append((now, frame.args.sent_at))
-        elif frame.type == "run_result":
-            return
+_CLOSE_LAGGING = 4008
+
+
+async def _probe(
+    d: ServedDaemon, ws: aiohttp.ClientWebSocketResponse, out: list[tuple[float, float]]
+) -> int:
+    """Read frames until run_result; (receive time, sent_at) for each stamped tool_call.
+
+    Closed as lagging, it does what a client should: reconnect with ``after`` = the last seq it
+    received, and go on (the frames it missed come as a replay, their latency included).
+    Returns how many times it had to.
+    """
+    assert d.http is not None
+    last_seq = resumed = 0
+    while True:
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            now = time.time()
+            frame = _decode_frame(msg.data)
+            last_seq = frame.seq or last_seq
+            if frame.type == "tool_call" and frame.args is not None:
+                out.append((now, frame.args.sent_at))
+            elif frame.type == "run_result":
+                await ws.close()
+                return resumed
+        if ws.close_code != _CLOSE_LAGGING:
+            raise RuntimeError(f"a probe was closed with {ws.close_code} before the run ended")
+        resumed += 1
+        ws = await d.http.ws_connect(f"{BASE}/v1/ws?run=*&after={last_seq}", max_msg_size=0)
 
 
 def _metric(text: str, name: str) -> float:
@@ -203,9 +225,11 @@ async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int)
     dropped0 = _metric(metrics, "codelegate_subscribers_dropped_total")
     cpu0 = cpu_seconds(d.pid)
     samples: list[list[tuple[float, float]]] = [[] for _ in probes]
-    readers = [asyncio.ensure_future(_probe(ws, s)) for ws, s in zip(probes, samples, strict=True)]
+    readers = [
+        asyncio.ensure_future(_probe(d, ws, s)) for ws, s in zip(probes, samples, strict=True)
+    ]
     run_id = await d.start_run("fake: " + _tools_spec(n, rate))
-    await asyncio.gather(*readers)
+    resumed = sum(await asyncio.gather(*readers))
     cpu = cpu_seconds(d.pid) - cpu0
     state = await d.get(f"/v1/runs/{run_id}")
     dropped = _metric(await d.get("/metrics"), "codelegate_subscribers_dropped_total") - dropped0
@@ -214,6 +238,10 @@ async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int)
     if sinks is not None:
         sinks.terminate()
         sinks.wait()
+    for probe in samples:  # every probe got every tool_call once, resumed or not
+        sent = sorted(s for _, s in probe)
+        assert len(sent) == (n + 1) // 2, f"a probe got {len(sent)} tool_calls of {(n + 1) // 2}"
+        assert len(set(sent)) == len(sent), "a probe got a tool_call twice"
     first_sent = min(s for probe in samples for _, s in probe)
     last_received = max(now for probe in samples for now, _ in probe)
     latencies = [(now - sent) * 1000 for probe in samples for now, sent in probe]
@@ -221,6 +249,7 @@ async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int)
     wall = last_received - first_sent
     result = Result(label, n, wall, int(state["last_seq"]), latencies, cpu)
     result.dropped = int(dropped)
+    result.resumed = resumed
     return result
 
 
