@@ -85,6 +85,7 @@ class _Args(msgspec.Struct):
 
 class _Frame(msgspec.Struct):
     type: str
+    run_id: str = ""
     seq: int = 0
     args: _Args | None = None
 
@@ -170,19 +171,20 @@ async def _probe(
 ) -> int:
     """Read frames until run_result; (receive time, sent_at) for each stamped tool_call.
 
-    Closed as lagging, it does what a client should: reconnect with ``after`` = the last seq it
-    received, and go on (the frames it missed come as a replay, their latency included).
+    Closed as lagging, it does what a client should (README, WebSocket close codes): reconnect
+    to that run with ``after`` = the last seq it received, and go on (the frames it missed come
+    as a replay, from the store if the run has ended meanwhile, their latency included).
     Returns how many times it had to.
     """
     assert d.http is not None
-    last_seq = resumed = 0
+    run_id, last_seq, resumed = "", 0, 0
     while True:
         async for msg in ws:
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
             now = time.time()
             frame = _decode_frame(msg.data)
-            last_seq = frame.seq or last_seq
+            run_id, last_seq = frame.run_id or run_id, frame.seq or last_seq
             if frame.type == "tool_call" and frame.args is not None:
                 out.append((now, frame.args.sent_at))
             elif frame.type == "run_result":
@@ -191,7 +193,8 @@ async def _probe(
         if ws.close_code != _CLOSE_LAGGING:
             raise RuntimeError(f"a probe was closed with {ws.close_code} before the run ended")
         resumed += 1
-        ws = await d.http.ws_connect(f"{BASE}/v1/ws?run=*&after={last_seq}", max_msg_size=0)
+        url = f"{BASE}/v1/ws?run={run_id or '*'}&after={last_seq}"
+        ws = await d.http.ws_connect(url, max_msg_size=0)
 
 
 def _metric(text: str, name: str) -> float:
@@ -229,7 +232,8 @@ async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int)
         asyncio.ensure_future(_probe(d, ws, s)) for ws, s in zip(probes, samples, strict=True)
     ]
     run_id = await d.start_run("fake: " + _tools_spec(n, rate))
-    resumed = sum(await asyncio.gather(*readers))
+    async with asyncio.timeout(max(60.0, 20 * n / (rate or 2000))):  # a bench never hangs
+        resumed = sum(await asyncio.gather(*readers))
     cpu = cpu_seconds(d.pid) - cpu0
     state = await d.get(f"/v1/runs/{run_id}")
     dropped = _metric(await d.get("/metrics"), "codelegate_subscribers_dropped_total") - dropped0
