@@ -3,10 +3,11 @@
 A fake CLI writes N tool lines (tool_use / tool_result alternating, each tool_use stamped with
 the time it was written) either as fast as it can or at a fixed rate; the daemon translates,
 stores and fans them out to K WebSocket subscribers following every run. Measured at a few
-"probe" subscribers (the rest are byte sinks in one separate uvloop process that read and drop
-everything, so that the client side takes as little of the two cores as a client can): frames/s,
-and line-to-client latency p50 / p99 / max (the time a tool_use line was written by the CLI to
-the time its tool_call frame reached a client).
+"probe" subscribers, lean WebSocket clients that split and decode every message as the baseline's
+reader decodes every line (the rest are byte sinks in one separate uvloop process that read and
+drop everything, so that the client side takes as little of the two cores as a client can):
+frames/s, and line-to-client latency p50 / p99 / max (the time a tool_use line was written by
+the CLI to the time its tool_call frame reached a client).
 
 Baseline, in the same run: a plain asyncio pipe reader of the same fake CLI's stdout that
 decodes each line (no daemon at all). Overhead = daemon wall time / baseline wall time for the
@@ -26,12 +27,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import cast
 
-import aiohttp
 import msgspec
 
 from bench.harness import (
-    BASE,
     FAKE_CLAUDE,
     ServedDaemon,
     cpu_seconds,
@@ -164,37 +164,125 @@ def _rate(rate: float) -> str:
 
 
 _CLOSE_LAGGING = 4008
+_UPGRADE = (
+    "GET /v1/ws?{query} HTTP/1.1\r\nHost: codelegate\r\nUpgrade: websocket\r\n"
+    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    "Sec-WebSocket-Version: 13\r\n\r\n"
+)
 
 
-async def _probe(
-    d: ServedDaemon, ws: aiohttp.ClientWebSocketResponse, out: list[tuple[float, float]]
-) -> int:
-    """Read frames until run_result; (receive time, sent_at) for each stamped tool_call.
+class _ProbeConnection(asyncio.Protocol):
+    """A WebSocket client that does about what the baseline's reader does: it splits the
+    stream into messages and decodes each one (no per-message task, queue or timeout).
+
+    Records (receive time, sent_at) for each stamped tool_call, the run and last seq it saw,
+    and ends at the run_result or at the server's close frame (its code kept).
+    """
+
+    def __init__(self, query: str, out: list[tuple[float, float]]) -> None:
+        self.query = query
+        self.out = out
+        self.run_id = ""
+        self.last_seq = 0
+        self.close_code: int | None = None
+        self.ended = False  # the run_result came
+        loop = asyncio.get_running_loop()
+        self.upgraded: asyncio.Future[None] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
+        self._buf = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = t = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        t.write(_UPGRADE.format(query=self.query).encode())
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        buf = self._buf
+        buf += data
+        if not self.upgraded.done():
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if not buf.startswith(b"HTTP/1.1 101"):
+                self.upgraded.set_exception(RuntimeError(bytes(buf[:end]).decode()))
+                return
+            del buf[: end + 4]
+            self.upgraded.set_result(None)
+        pos, size = 0, len(buf)
+        while size - pos >= 2:
+            opcode, n, head = buf[pos] & 0x0F, buf[pos + 1] & 0x7F, 2
+            if n == 126:
+                n, head = int.from_bytes(buf[pos + 2 : pos + 4], "big"), 4
+            elif n == 127:
+                n, head = int.from_bytes(buf[pos + 2 : pos + 10], "big"), 10
+            if size - pos < head + n:
+                break
+            payload = buf[pos + head : pos + head + n]
+            pos += head + n
+            if opcode == 0x1:
+                self._message(now, payload)
+            elif opcode == 0x8:  # the server closes: keep its code, answer, done
+                self.close_code = int.from_bytes(payload[:2], "big") if n >= 2 else 1005
+                self._send(0x8, bytes(payload[:2]))
+                self._end()
+            elif opcode == 0x9:  # the server's heartbeat
+                self._send(0xA, bytes(payload))
+        del buf[:pos]
+
+    def _message(self, now: float, payload: bytearray) -> None:
+        frame = _decode_frame(payload)
+        self.run_id, self.last_seq = frame.run_id or self.run_id, frame.seq or self.last_seq
+        if frame.type == "tool_call" and frame.args is not None:
+            self.out.append((now, frame.args.sent_at))
+        elif frame.type == "run_result":
+            self.ended = True
+            self._send(0x8, (1000).to_bytes(2, "big"))
+            self._end()
+
+    def _send(self, opcode: int, payload: bytes) -> None:
+        # A client's frames are masked (RFC 6455 5.3); a zero mask leaves the payload as it is.
+        if self._transport is not None and not self._transport.is_closing():
+            header = bytes((0x80 | opcode, 0x80 | len(payload))) + bytes(4)
+            self._transport.write(header + payload)
+
+    def _end(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.upgraded.done():
+            self.upgraded.set_exception(exc or ConnectionError("closed during the handshake"))
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+
+async def _connect(d: ServedDaemon, query: str, out: list[tuple[float, float]]) -> _ProbeConnection:
+    loop = asyncio.get_running_loop()
+    _, conn = await loop.create_unix_connection(lambda: _ProbeConnection(query, out), d.socket)
+    await conn.upgraded
+    return conn
+
+
+async def _probe(d: ServedDaemon, conn: _ProbeConnection) -> int:
+    """Wait for the run_result; returns how many times the probe had to resume.
 
     Closed as lagging, it does what a client should (README, WebSocket close codes): reconnect
     to that run with ``after`` = the last seq it received, and go on (the frames it missed come
     as a replay, from the store if the run has ended meanwhile, their latency included).
-    Returns how many times it had to.
     """
-    assert d.http is not None
-    run_id, last_seq, resumed = "", 0, 0
+    resumed = 0
     while True:
-        async for msg in ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            now = time.time()
-            frame = _decode_frame(msg.data)
-            run_id, last_seq = frame.run_id or run_id, frame.seq or last_seq
-            if frame.type == "tool_call" and frame.args is not None:
-                out.append((now, frame.args.sent_at))
-            elif frame.type == "run_result":
-                await ws.close()
-                return resumed
-        if ws.close_code != _CLOSE_LAGGING:
-            raise RuntimeError(f"a probe was closed with {ws.close_code} before the run ended")
+        await conn.finished
+        if conn.ended:
+            return resumed
+        if conn.close_code != _CLOSE_LAGGING:
+            raise RuntimeError(f"a probe was closed with {conn.close_code} before the run ended")
         resumed += 1
-        url = f"{BASE}/v1/ws?run={run_id or '*'}&after={last_seq}"
-        ws = await d.http.ws_connect(url, max_msg_size=0)
+        query = f"run={conn.run_id or '*'}&after={conn.last_seq}"
+        conn = await _connect(d, query, conn.out)
 
 
 def _metric(text: str, name: str) -> float:
@@ -218,27 +306,20 @@ async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int)
         assert sinks.stdout is not None
         ready = await asyncio.get_running_loop().run_in_executor(None, sinks.stdout.readline)
         assert ready.strip() == b"ready", ready
-    probes = [
-        await d.http.ws_connect(f"{BASE}/v1/ws?run=*", max_msg_size=0)
-        for _ in range(min(PROBES, subscribers))
-    ]
+    samples: list[list[tuple[float, float]]] = [[] for _ in range(min(PROBES, subscribers))]
+    probes = [await _connect(d, "run=*", out) for out in samples]
     metrics = await d.get("/metrics")
     attached = _metric(metrics, "codelegate_subscribers")
     assert attached == subscribers, f"{attached} subscribers attached, not {subscribers}"
     dropped0 = _metric(metrics, "codelegate_subscribers_dropped_total")
     cpu0 = cpu_seconds(d.pid)
-    samples: list[list[tuple[float, float]]] = [[] for _ in probes]
-    readers = [
-        asyncio.ensure_future(_probe(d, ws, s)) for ws, s in zip(probes, samples, strict=True)
-    ]
+    readers = [asyncio.ensure_future(_probe(d, conn)) for conn in probes]
     run_id = await d.start_run("fake: " + _tools_spec(n, rate))
     async with asyncio.timeout(max(60.0, 20 * n / (rate or 2000))):  # a bench never hangs
         resumed = sum(await asyncio.gather(*readers))
     cpu = cpu_seconds(d.pid) - cpu0
     state = await d.get(f"/v1/runs/{run_id}")
     dropped = _metric(await d.get("/metrics"), "codelegate_subscribers_dropped_total") - dropped0
-    for ws in probes:
-        await ws.close()
     if sinks is not None:
         sinks.terminate()
         sinks.wait()
