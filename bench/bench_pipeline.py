@@ -391,7 +391,8 @@ async def run(args: argparse.Namespace) -> int:
                 f"    overhead (wall time daemon / baseline, {how}): {overhead:.2f}x;"
                 f" daemon p99 of every round (ms): {p99s}"
             )
-            print(f"    wall s of every round (baseline / daemon): {walls}")
+            ratios = ", ".join(f"{o.wall_s / b.wall_s:.2f}" for b, o in rounds)
+            print(f"    wall s of every round (baseline / daemon): {walls}; ratios {ratios}")
             shown[(rate, k)] = (ours, overhead)
     target, overhead = shown[(args.rate, args.subscribers)]
     p99 = percentile(target.latencies_ms, 0.99)
