@@ -53,6 +53,46 @@ class SpawnError(Exception):
     """The CLI could not be started (missing binary, bad cwd, permission)."""
 
 
+def pin_directory(path: str) -> int:
+    """An ``O_PATH`` descriptor of the directory at the absolute ``path``, opened one component
+    at a time without following any symbolic link.
+
+    ``path`` is the workspace as policy resolved and checked it. Between that check and the
+    spawn a component could be swapped for a symbolic link pointing elsewhere; opened this way
+    such a component fails (``ENOTDIR``/``ELOOP``) instead of being followed, and the child is
+    started in the directory this descriptor holds, not in whatever the path names by then.
+    """
+    if not os.path.isabs(path):
+        raise OSError(f"not an absolute path: {path!r}")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":  # a resolved path has none; never walk up past the check
+                raise OSError(f"'..' in a resolved path: {path!r}")
+            parent, fd = fd, -1
+            try:
+                fd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+            finally:
+                os.close(parent)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd
+
+
+def _descriptor_path(fd: int, path: str) -> str:
+    """A path the child can chdir to that names exactly the directory ``fd`` holds.
+
+    The child inherits our descriptors until it execs (they are close-on-exec), so it resolves
+    ``/proc/self/fd/<fd>`` to the same directory; without /proc, the checked path itself.
+    """
+    via = f"/proc/self/fd/{fd}"
+    return via if os.path.isdir(via) else path
+
+
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
     """asyncio's stream protocol, telling us when the stdout and stderr pipes close."""
 
@@ -129,12 +169,50 @@ class ChildProcess:
         could not be found again, so it is refused. ``on_stderr_line(count)`` is called with the
         running total of stderr lines. With ``cgroup`` (the default) the run also gets a cgroup
         of its own where a delegated cgroup v2 subtree is available (see ``daemon.cgroups``).
+        ``cwd`` is the workspace as policy resolved it: it is opened without following symbolic
+        links and the child starts in the directory so opened (:func:`pin_directory`).
         Raises :class:`SpawnError` if the program cannot start.
         """
         if env.get(RUN_MARKER_VAR) != run_id:
             raise ValueError(f"env must carry {RUN_MARKER_VAR}={run_id}")
         if not argv:
             raise SpawnError("empty argv")
+        try:
+            cwd_fd = pin_directory(cwd)
+        except OSError as exc:
+            raise SpawnError(
+                f"cannot start in {cwd!r}: {exc.strerror or exc} (the workspace changed since"
+                " it was checked, or is gone)"
+            ) from exc
+        try:
+            return await cls._spawn(
+                argv,
+                cwd=_descriptor_path(cwd_fd, cwd),
+                env=env,
+                stdin=stdin,
+                run_id=run_id,
+                stderr_lines=stderr_lines,
+                eof_grace=eof_grace,
+                on_stderr_line=on_stderr_line,
+                cgroup=cgroup,
+            )
+        finally:
+            os.close(cwd_fd)
+
+    @classmethod
+    async def _spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        stdin: bytes,
+        run_id: str,
+        stderr_lines: int,
+        eof_grace: float,
+        on_stderr_line: Callable[[int], None] | None,
+        cgroup: bool,
+    ) -> ChildProcess:
         run_cgroup = RunCgroup.create(run_id) if cgroup else None
         launch = list(argv)
         if run_cgroup is not None:

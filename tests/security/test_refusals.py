@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from daemon.supervisor import ChildProcess
 from tests.daemon.conftest import Daemon
 from tests.reliability.conftest import until
 from tests.security.conftest import Spy
@@ -95,6 +96,34 @@ async def test_workspace_escapes_are_refused_and_spawn_nothing(
     result = await started(sdaemon, spy, {"task": "fine", "cwd": "sub"})
     assert result["status"] == "completed"
     assert spy.starts[-1].split(" ", 1)[1] == str(ws / "sub")
+
+
+async def test_a_workspace_swapped_for_a_symlink_after_the_check_spawns_nothing(
+    sdaemon: Daemon,
+    spy: Spy,
+    roots: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ws = roots[0]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    real_spawn = ChildProcess.spawn
+
+    async def swap_then_spawn(*args: Any, **kwargs: Any) -> ChildProcess:
+        # Policy has resolved and checked <ws>/sub; now it becomes a link to a folder outside.
+        (ws / "sub").rename(ws / "sub.was")
+        (ws / "sub").symlink_to(outside)
+        return await real_spawn(*args, **kwargs)
+
+    monkeypatch.setattr(ChildProcess, "spawn", swap_then_spawn)
+    resp = await sdaemon.http.post(
+        "http://codelegate/v1/runs", json={"task": "look", "cwd": "sub", "wait": True}
+    )
+    answer = await resp.json()
+    assert answer["status"] == "failed", answer
+    assert "changed since it was checked" in answer["stderr"], answer
+    assert spy.starts == []
 
 
 async def test_resume_forgeries_are_refused_and_spawn_nothing(

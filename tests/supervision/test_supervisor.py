@@ -18,6 +18,7 @@ from daemon.supervisor import (
     ChildProcess,
     ExitStatus,
     SpawnError,
+    pin_directory,
     reap_orphans,
 )
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
@@ -254,6 +255,38 @@ async def test_spawn_failures_raise_spawn_error(
             run_id="r2",
             cgroup=attribution == "cgroup",
         )
+
+
+def test_pin_directory_holds_the_directory_not_the_path(tmp_path: Path) -> None:
+    ws = tmp_path / "ws" / "sub"
+    ws.mkdir(parents=True)
+    fd = pin_directory(str(ws))
+    try:
+        assert os.readlink(f"/proc/self/fd/{fd}") == str(ws)
+        (tmp_path / "ws").rename(tmp_path / "moved")  # the descriptor follows the directory
+        assert os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "moved" / "sub")
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("case", ["link_inside", "link_last", "file", "relative", "dotdot", "gone"])
+def test_pin_directory_follows_no_symlink(tmp_path: Path, case: str) -> None:
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    (real / "file").write_text("x")
+    path = {
+        "link_inside": tmp_path / "link" / "sub",
+        "link_last": tmp_path / "link",
+        "file": real / "file",
+        "relative": Path("real/sub"),
+        "dotdot": real / "sub" / ".." / "sub",
+        "gone": real / "gone",
+    }[case]
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError):  # ENOTDIR, ELOOP, ENOENT or our own, by case
+        pin_directory(str(path))
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # nothing left open
 
 
 async def test_the_orphan_reaper_never_steals_a_direct_childs_status(spawn_fake: Spawn) -> None:
