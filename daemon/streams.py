@@ -223,10 +223,9 @@ class _WsSink:
         )
 
     def write_batch(self, batch: Batch) -> bool:
-        # The hub's hot path, once per subscriber per write-out: ``ready`` and the write inline.
-        if self._protocol.writing_paused or self._ws.closed or self._transport.is_closing():
+        if not self.ready():
             return False
-        self._transport.write(batch.ws)
+        self._transport.write(batch.ws)  # built once, for every WebSocket client of the run
         return True
 
     def write(self, items: list[Item]) -> None:

@@ -302,6 +302,11 @@ async def test_a_sink_that_fails_closes_its_subscriber_only() -> None:
     assert hub.subscriber_count == 1
 
 
+def _window(monkeypatch: pytest.MonkeyPatch, per_subscriber: float, cap: float) -> None:
+    monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", per_subscriber)
+    monkeypatch.setattr(hub_module, "WINDOW_MAX", cap)
+
+
 def _crowd(run: FakeRun, n: int = WINDOW_MIN_SUBSCRIBERS) -> list[FakeSink]:
     sinks = []
     for _ in range(n):
@@ -313,8 +318,7 @@ def _crowd(run: FakeRun, n: int = WINDOW_MIN_SUBSCRIBERS) -> list[FakeSink]:
 
 
 async def test_a_crowded_run_is_written_once_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", 3600.0)
-    monkeypatch.setattr(hub_module, "WINDOW_MAX", 3600.0)  # no timer fires during the test
+    _window(monkeypatch, 3600.0, 3600.0)  # no timer fires during the test
     hub = Hub()
     run = FakeRun(hub)
     sinks = _crowd(run)
@@ -332,8 +336,7 @@ async def test_a_crowded_run_is_written_once_per_window(monkeypatch: pytest.Monk
 async def test_a_crowded_run_is_written_when_its_window_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", 1.0)
-    monkeypatch.setattr(hub_module, "WINDOW_MAX", 0.01)
+    _window(monkeypatch, 1.0, 0.01)
     hub = Hub()
     run = FakeRun(hub)
     sinks = _crowd(run)
@@ -350,8 +353,7 @@ async def test_a_crowded_run_is_written_when_its_window_ends(
 async def test_a_new_subscriber_gets_gathered_frames_once_from_its_snapshot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", 3600.0)
-    monkeypatch.setattr(hub_module, "WINDOW_MAX", 3600.0)
+    _window(monkeypatch, 3600.0, 3600.0)
     hub = Hub()
     run = FakeRun(hub)
     sinks = _crowd(run)
