@@ -53,6 +53,7 @@ _log = structlog.get_logger("codelegate.runs")
 
 # Finished runs kept in memory for replay without a store round trip.
 RECENT_RUNS: Final = 64
+READ_CHUNK: Final = 1 << 16  # bytes of stdout read at a time
 # After the CLI exited and stragglers were reaped, how long stdout may take to reach EOF.
 DRAIN_S: Final = 5.0
 # The end of the CLI's stderr that a failed run reports (and logs).
@@ -260,12 +261,14 @@ class RunManager:
 
     async def _pump(self, run: Run, child: ChildProcess) -> None:
         """Feed stdout to the translator until EOF; output after a stop is dropped unread."""
-        while chunk := await child.read():
+        while chunk := await child.read(READ_CHUNK):
             if run.stopping is None:
                 self._emit(run, run.translator.receive_data(chunk, time.time()))
-            # A read of buffered output does not suspend: yield so that writers run between
-            # chunks of a run that floods its output.
-            await asyncio.sleep(0)
+            if len(chunk) == READ_CHUNK:
+                # A full read may leave output buffered, and a read of buffered output does
+                # not suspend: yield so that writers run between chunks of a run that floods
+                # its output. A shorter read emptied the buffer; the next one waits anyway.
+                await asyncio.sleep(0)
 
     async def _drive(self, run: Run) -> None:
         structlog.contextvars.bind_contextvars(run_id=run.run_id, session_id=run.session_id)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import msgspec
 
+from daemon.runs import RunManager
 from daemon.store import RunRecord, RunStore
 from policy.config import Config
 from tests.daemon.conftest import (
@@ -337,3 +339,36 @@ async def test_long_runs_keep_a_bounded_log_and_replay_the_rest_from_the_store(
         assert len(run.log) <= 125
     finally:
         await stop_daemon(d)
+
+
+class _Flood:
+    """A child whose output is always buffered already: every read returns at once, full."""
+
+    def __init__(self, reads: int) -> None:
+        self.left = reads
+        self.done = 0
+
+    async def read(self, n: int) -> bytes:
+        if not self.left:
+            return b""
+        self.left -= 1
+        self.done += 1
+        return b"x" * n
+
+
+async def test_a_flooding_run_lets_the_loop_run_between_full_reads() -> None:
+    flood = _Flood(reads=50)
+    seen_at: list[int] = []  # how many reads the pump had done each time the other task ran
+
+    async def other() -> None:
+        while flood.left:
+            seen_at.append(flood.done)
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other())
+    manager = RunManager.__new__(RunManager)  # _pump needs none of its state for a stopped run
+    run = SimpleNamespace(stopping="cancelled")  # output after a stop is read and dropped
+    await manager._pump(run, flood)  # type: ignore[arg-type]
+    await task
+    assert flood.done == 50
+    assert len(set(seen_at)) > 25, seen_at  # it ran between the reads, not only before or after
