@@ -302,29 +302,28 @@ async def test_a_sink_that_fails_closes_its_subscriber_only() -> None:
     assert hub.subscriber_count == 1
 
 
-def _window(monkeypatch: pytest.MonkeyPatch, per_subscriber: float, cap: float) -> None:
+async def _crowd_written_once(
+    monkeypatch: pytest.MonkeyPatch, per_subscriber: float, cap: float
+) -> tuple[Hub, FakeRun, list[FakeSink]]:
+    """A run followed by enough ready clients for a window, after its first write-out."""
     monkeypatch.setattr(hub_module, "WINDOW_PER_SUBSCRIBER", per_subscriber)
     monkeypatch.setattr(hub_module, "WINDOW_MAX", cap)
-
-
-def _crowd(run: FakeRun, n: int = WINDOW_MIN_SUBSCRIBERS) -> list[FakeSink]:
+    hub = Hub()
+    run = FakeRun(hub)
     sinks = []
-    for _ in range(n):
+    for _ in range(WINDOW_MIN_SUBSCRIBERS):
         sub = Subscriber(max_queue=64)
         sub.sink = sink = FakeSink()
         run.subscribe(sub, 0)
         sinks.append(sink)
-    return sinks
-
-
-async def test_a_crowded_run_is_written_once_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    _window(monkeypatch, 3600.0, 3600.0)  # no timer fires during the test
-    hub = Hub()
-    run = FakeRun(hub)
-    sinks = _crowd(run)
     run.emit()
     await asyncio.sleep(0)  # the first write-out comes at the end of the tick
     assert all(sink.writes == [[1]] for sink in sinks)
+    return hub, run, sinks
+
+
+async def test_a_crowded_run_is_written_once_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    hub, run, sinks = await _crowd_written_once(monkeypatch, 3600.0, 3600.0)  # no timer fires
     for _ in range(3):
         run.emit()
         await asyncio.sleep(0)  # ticks pass, but the window since that write-out has not
@@ -336,12 +335,7 @@ async def test_a_crowded_run_is_written_once_per_window(monkeypatch: pytest.Monk
 async def test_a_crowded_run_is_written_when_its_window_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _window(monkeypatch, 1.0, 0.01)
-    hub = Hub()
-    run = FakeRun(hub)
-    sinks = _crowd(run)
-    run.emit()
-    await asyncio.sleep(0)
+    _, run, sinks = await _crowd_written_once(monkeypatch, 1.0, 0.01)
     sinks[0].wrote.clear()
     run.emit()
     run.emit()
@@ -353,12 +347,7 @@ async def test_a_crowded_run_is_written_when_its_window_ends(
 async def test_a_new_subscriber_gets_gathered_frames_once_from_its_snapshot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _window(monkeypatch, 3600.0, 3600.0)
-    hub = Hub()
-    run = FakeRun(hub)
-    sinks = _crowd(run)
-    run.emit()
-    await asyncio.sleep(0)
+    hub, run, sinks = await _crowd_written_once(monkeypatch, 3600.0, 3600.0)
     run.emit()  # gathered, not yet written out
     late = Subscriber(max_queue=64)
     run.subscribe(late, 0)  # its snapshot holds frame 2; the others get it now
