@@ -11,13 +11,14 @@ import posixpath
 import re
 import tomllib
 from collections.abc import Iterator
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
 from policy.environment import refused_pass_env
 from policy.errors import ConfigError
 from policy.modes import REQUEST_MODES, RequestMode, names_bypass
+from policy.settings import refused_settings
 
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
@@ -49,6 +50,10 @@ class ClaudeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     pass_env: tuple[str, ...] = ()
     enable_bedrock: bool = False
     enable_vertex: bool = False
+    # The only Claude Code settings a run gets (with the machine's managed settings): runs load
+    # no settings file of HOME or the workspace. Passed as JSON with --settings; policy.settings
+    # says which keys are refused.
+    settings: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -221,6 +226,10 @@ def _validate(config: Config, source: str) -> Config:
         reason = refused_pass_env(name)
         if reason:
             raise fail(f"claude.pass_env[{index}]", reason)
+    refused = refused_settings(claude.settings)
+    if refused:
+        key, reason = refused
+        raise fail("claude.settings" + (f".{key}" if key else ""), reason)
     for key, value in (("server.socket", server.socket), ("store.path", config.store.path)):
         if not value:
             raise fail(key, "expected a path")

@@ -339,7 +339,11 @@ def test_the_documented_example_config_parses() -> None:
     config = parse_config(path.read_bytes(), str(path))
     assert config.server.tcp == "127.0.0.1:8765"
     assert config.policy.workspaces == ("/srv/workspaces", "/home/dev/projects")
-    documented = {line.split("=")[0].strip() for line in path.read_text().splitlines()}
+    assert config.claude.settings["sandbox"]["failIfUnavailable"] is True
+    lines = path.read_text().splitlines()
+    documented = {line.split("=")[0].strip() for line in lines}
+    # A key holding a table is documented by its [section.key] header.
+    documented |= {line.strip("[]").split(".")[1] for line in lines if line.startswith("[claude.")}
     for section, struct in SECTIONS.items():
         for field in msgspec.structs.fields(struct):
             assert field.name in documented, f"[{section}] {field.name} is not documented"
