@@ -1,6 +1,7 @@
 # codelegate — the two Quick start commands (`make run`, `make test`) and their helpers.
 # Everything is installed inside the checkout: Python deps into .venv, the pinned Claude Code CLI
-# into .tools/claude. Nothing is installed system-wide.
+# into .tools/claude. The one exception: the CLI's sandbox needs bubblewrap and socat, which
+# `make test` installs with apt-get when they are missing (see sandbox-tools).
 
 PYTHON ?= python3
 VENV := .venv
@@ -10,7 +11,7 @@ CLAUDE_DIR := .tools/claude
 CLAUDE_BIN := $(CLAUDE_DIR)/node_modules/.bin/claude
 PYTEST_ARGS ?=
 
-.PHONY: all setup run test lint typecheck bench clean
+.PHONY: all setup run test lint typecheck bench clean sandbox-tools
 
 all: test
 
@@ -44,9 +45,16 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# The CLI's sandbox (tests/security/test_isolation.py) runs commands under bubblewrap and
+# proxies their network through socat: system packages, installed when missing.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 && command -v socat >/dev/null 2>&1 || { \
+	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq bubblewrap socat; }
+
 # The tests always use the pinned CLI: golden transcripts are of that version.
 # translator/ and policy/ are held at 100 % branch coverage.
-test: setup $(CLAUDE_BIN)
+test: setup $(CLAUDE_BIN) sandbox-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
