@@ -203,3 +203,56 @@ async def test_without_fail_if_unavailable_a_missing_sandbox_runs_commands_unsan
     assert (status, body["status"]) == (200, "completed"), body
     told = "\n".join(r.history_text() for r in e2e.stub.model_requests)
     assert outside.exists(), told[-1500:]
+
+
+@pytest.fixture
+def deny_state() -> bool:
+    """Whether the operator denies reads of the CLI's state; ``parametrize`` to turn it on."""
+    return False
+
+
+@pytest.fixture
+def daemon_policy(deny_state: bool, tmp_path: Path) -> dict[str, Any]:
+    """The e2e fixture's [policy] settings: its usual operator rules, and with ``deny_state``
+    a deny rule for the CLI's state under HOME (``//`` starts an absolute path in a rule)."""
+    rules = ["Bash(python3:*)", "Bash(env:*)"]
+    if not deny_state:
+        return {"allowed_tools": rules}
+    return {"allowed_tools": rules, "disallowed_tools": [f"Read(/{tmp_path}/home/.claude/**)"]}
+
+
+async def read_an_earlier_transcript(e2e: E2E) -> str:
+    """A safe run leaves a tool output in its transcript; a plan run Reads that file. What the
+    model was told from the second run."""
+    needle = secrets.token_hex(16)
+    (e2e.workspace / "needle.txt").write_text(needle + "\n")
+    e2e.stub.main.turns = [tool("Bash", command="cat needle.txt", description="Read"), text("ok")]
+    status, body = await e2e.post_run("Read needle.txt.", mode="safe", wait=True)
+    assert (status, body["status"]) == (200, "completed"), body
+    (needle_file,) = e2e.workspace.glob("needle.txt")
+    needle_file.unlink()
+    (transcript,) = (e2e.home / ".claude" / "projects").glob(f"*/{body['session_id']}.jsonl")
+    lines = transcript.read_text().splitlines()
+    at = next(n for n, line in enumerate(lines, 1) if needle in line and "tool_result" in line)
+    # The transcript is long: the model reads the page holding the tool output.
+    read = tool("Read", file_path=str(transcript), offset=at, limit=1)
+    e2e.stub.main.turns = [read, text("ok")]
+    before = len(e2e.stub.model_requests)
+    status, body = await e2e.post_run("Read it.", mode="plan", wait=True)
+    assert (status, body["status"]) == (200, "completed"), body
+    told = "\n".join(r.history_text() for r in e2e.stub.model_requests[before:])
+    return "found" if needle in told else told[-300:]
+
+
+async def test_a_plan_run_reads_the_transcripts_of_other_runs_with_the_read_tool(e2e: E2E) -> None:
+    """In plan mode the CLI's Read tool reads any path the daemon's uid can read (safe and
+    accept_edits runs are refused outside the workspace); the sandbox does not cover it."""
+    assert await read_an_earlier_transcript(e2e) == "found"
+
+
+@pytest.mark.parametrize("deny_state", [True])
+async def test_an_operator_read_deny_rule_keeps_a_plan_run_out_of_the_clis_state(
+    e2e: E2E,
+) -> None:
+    told = await read_an_earlier_transcript(e2e)
+    assert "denied by your permission settings" in told
