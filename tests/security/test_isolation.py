@@ -5,7 +5,9 @@ the run store, signal the daemon and read the CLI's transcripts under ``$HOME/.c
 (every tool output of every earlier run, unredacted); it can also write outside the workspace.
 With the CLI's own sandbox, passed as ``[claude.settings.sandbox]``, Bash commands run under
 bubblewrap: they cannot write outside the workspace, read what ``denyRead`` names, or see the
-daemon's process. The README's security model states exactly what these tests show.
+daemon's process. The sandbox does not cover the CLI's file tools: Read reads the transcripts of
+the same workspace in every mode, and any file in plan mode, unless an operator deny rule says
+otherwise. The README's security model states exactly what these tests show.
 
 Every case is the real CLI against the API stub; the probe is a Python script the operator's
 ``Bash(python3:*)`` rule allows, and what it found comes back in the tool result the model sees.
@@ -221,16 +223,18 @@ def daemon_policy(deny_state: bool, tmp_path: Path) -> dict[str, Any]:
     return {"allowed_tools": rules, "disallowed_tools": [f"Read(/{tmp_path}/home/.claude/**)"]}
 
 
-async def read_an_earlier_transcript(e2e: E2E) -> str:
-    """A safe run leaves a tool output in its transcript; a plan run Reads that file. What the
-    model was told from the second run."""
+async def read_an_earlier_transcript(e2e: E2E, mode: str = "plan", where: str = ".") -> str:
+    """A safe run in ``where`` (relative to the workspace) leaves a tool output in its
+    transcript; a run in ``mode`` in the workspace Reads that file. "found", or what the model
+    was told from the second run."""
     needle = secrets.token_hex(16)
-    (e2e.workspace / "needle.txt").write_text(needle + "\n")
+    first = (e2e.workspace / where).resolve()
+    first.mkdir(exist_ok=True)
+    (first / "needle.txt").write_text(needle + "\n")
     e2e.stub.main.turns = [tool("Bash", command="cat needle.txt", description="Read"), text("ok")]
-    status, body = await e2e.post_run("Read needle.txt.", mode="safe", wait=True)
+    status, body = await e2e.post_run("Read needle.txt.", mode="safe", cwd=str(first), wait=True)
     assert (status, body["status"]) == (200, "completed"), body
-    (needle_file,) = e2e.workspace.glob("needle.txt")
-    needle_file.unlink()
+    (first / "needle.txt").unlink()
     (transcript,) = (e2e.home / ".claude" / "projects").glob(f"*/{body['session_id']}.jsonl")
     lines = transcript.read_text().splitlines()
     at = next(n for n, line in enumerate(lines, 1) if needle in line and "tool_result" in line)
@@ -238,21 +242,38 @@ async def read_an_earlier_transcript(e2e: E2E) -> str:
     read = tool("Read", file_path=str(transcript), offset=at, limit=1)
     e2e.stub.main.turns = [read, text("ok")]
     before = len(e2e.stub.model_requests)
-    status, body = await e2e.post_run("Read it.", mode="plan", wait=True)
+    status, body = await e2e.post_run("Read it.", mode=mode, wait=True)
     assert (status, body["status"]) == (200, "completed"), body
     told = "\n".join(r.history_text() for r in e2e.stub.model_requests[before:])
     return "found" if needle in told else told[-300:]
 
 
-async def test_a_plan_run_reads_the_transcripts_of_other_runs_with_the_read_tool(e2e: E2E) -> None:
-    """In plan mode the CLI's Read tool reads any path the daemon's uid can read (safe and
-    accept_edits runs are refused outside the workspace); the sandbox does not cover it."""
-    assert await read_an_earlier_transcript(e2e) == "found"
+@pytest.mark.parametrize("mode", ["safe", "accept_edits", "plan"])
+async def test_any_run_reads_the_transcripts_of_earlier_runs_in_its_workspace(
+    e2e: E2E, mode: str
+) -> None:
+    """The CLI lets its file tools read its own folder for the working directory, which holds
+    every earlier session's transcript there; no operator rule is needed for it."""
+    assert await read_an_earlier_transcript(e2e, mode) == "found"
+
+
+async def test_a_plan_run_reads_the_transcripts_of_other_workspaces(e2e: E2E) -> None:
+    """In plan mode the Read tool reads any path the daemon's uid can read."""
+    assert await read_an_earlier_transcript(e2e, "plan", "../other") == "found"
+
+
+@pytest.mark.parametrize("mode", ["safe", "accept_edits"])
+async def test_safe_and_accept_edits_runs_are_refused_other_workspaces_transcripts(
+    e2e: E2E, mode: str
+) -> None:
+    told = await read_an_earlier_transcript(e2e, mode, "../other")
+    assert "outside allowed working directories" in told
 
 
 @pytest.mark.parametrize("deny_state", [True])
-async def test_an_operator_read_deny_rule_keeps_a_plan_run_out_of_the_clis_state(
-    e2e: E2E,
+@pytest.mark.parametrize("mode", ["safe", "plan"])
+async def test_an_operator_read_deny_rule_keeps_runs_out_of_the_clis_state(
+    e2e: E2E, mode: str
 ) -> None:
-    told = await read_an_earlier_transcript(e2e)
+    told = await read_an_earlier_transcript(e2e, mode)
     assert "denied by your permission settings" in told
