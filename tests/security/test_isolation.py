@@ -214,13 +214,14 @@ def deny_state() -> bool:
 
 
 @pytest.fixture
-def daemon_policy(deny_state: bool, tmp_path: Path) -> dict[str, Any]:
+def daemon_policy(deny_state: bool, tmp_path: Path, short_dir: Path) -> dict[str, Any]:
     """The e2e fixture's [policy] settings: its usual operator rules, and with ``deny_state``
-    a deny rule for the CLI's state under HOME (``//`` starts an absolute path in a rule)."""
+    the README's deny rules for the transcripts and the store (``//`` starts an absolute path)."""
     rules = ["Bash(python3:*)", "Bash(env:*)"]
     if not deny_state:
         return {"allowed_tools": rules}
-    return {"allowed_tools": rules, "disallowed_tools": [f"Read(/{tmp_path}/home/.claude/**)"]}
+    deny = [f"Read(/{tmp_path}/home/.claude/projects/**)", f"Read(/{short_dir}/store.db*)"]
+    return {"allowed_tools": rules, "disallowed_tools": deny}
 
 
 async def read_an_earlier_transcript(e2e: E2E, mode: str = "plan", where: str = ".") -> str:
@@ -277,3 +278,25 @@ async def test_an_operator_read_deny_rule_keeps_runs_out_of_the_clis_state(
 ) -> None:
     told = await read_an_earlier_transcript(e2e, mode)
     assert "denied by your permission settings" in told
+
+
+@pytest.mark.parametrize("deny_state", [False, True])
+async def test_a_plan_run_reads_the_stores_log_unless_a_deny_rule_covers_it(
+    e2e: E2E, short_dir: Path, deny_state: bool
+) -> None:
+    """The Read tool refuses ``store.db`` as a binary file, not its write-ahead log, which holds
+    the latest frames (redacted) of every run."""
+    needle = secrets.token_hex(16)
+    e2e.stub.main.turns = [text(f"Noted {needle}.")]
+    status, body = await e2e.post_run("Say something.", mode="safe", wait=True)
+    assert (status, body["status"]) == (200, "completed"), body
+    wal = (short_dir / "store.db-wal").read_bytes().split(b"\n")
+    at = next(n for n, line in enumerate(wal, 1) if needle.encode() in line)
+    read = tool("Read", file_path=str(short_dir / "store.db-wal"), offset=at, limit=1)
+    e2e.stub.main.turns = [read, text("ok")]
+    before = len(e2e.stub.model_requests)
+    status, body = await e2e.post_run("Read the store.", mode="plan", wait=True)
+    assert (status, body["status"]) == (200, "completed"), body
+    told = "\n".join(r.history_text() for r in e2e.stub.model_requests[before:])
+    assert (needle in told) is not deny_state, told[-500:]
+    assert ("denied by your permission settings" in told) is deny_state
