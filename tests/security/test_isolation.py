@@ -300,3 +300,15 @@ async def test_a_plan_run_reads_the_stores_log_unless_a_deny_rule_covers_it(
     told = "\n".join(r.history_text() for r in e2e.stub.model_requests[before:])
     assert (needle in told) is not deny_state, told[-500:]
     assert ("denied by your permission settings" in told) is deny_state
+
+
+@pytest.mark.parametrize("isolation", ["sandbox"])
+async def test_the_sandbox_does_not_widen_what_a_safe_run_may_do(e2e: E2E) -> None:
+    """The CLI's sandbox may auto-allow sandboxed commands (autoAllowBashIfSandboxed is on by
+    default): a safe run still has ``touch`` denied, as without the sandbox."""
+    target = e2e.workspace / f"made-{secrets.token_hex(8)}"
+    e2e.stub.main.turns = [tool("Bash", command=f"touch {target}", description="t"), text("ok")]
+    status, body = await e2e.post_run("Create a file.", mode="safe", wait=True)
+    assert (status, body["status"]) == (200, "completed"), body
+    assert [d["name"] for d in body["permission_denials"]] == ["Bash"]
+    assert not target.exists()
