@@ -51,6 +51,19 @@ def check_environment(
                 message=f"{config.claude.path} is not an executable Claude Code CLI",
             )
         )
+    sandbox = config.claude.settings.get("sandbox")
+    if isinstance(sandbox, dict) and sandbox.get("enabled") is True:
+        missing = [name for name in ("bwrap", "socat") if not is_executable(name)]
+        if missing:
+            # Measured on 2.1.332: without them the CLI runs every command unsandboxed, or,
+            # with failIfUnavailable, fails every run.
+            problems.append(
+                Problem(
+                    key="claude.settings.sandbox",
+                    message=f"the CLI's sandbox needs {' and '.join(missing)} on PATH "
+                    "(apt install bubblewrap socat)",
+                )
+            )
     token_file = config.server.token_file
     if isfile is not None and token_file is not None and not isfile(token_file):
         problems.append(

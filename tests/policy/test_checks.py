@@ -42,3 +42,29 @@ def test_token_file_checked_only_when_asked_and_configured() -> None:
         )
         == []
     )
+
+
+SANDBOXED = make_config("[claude.settings.sandbox]\nenabled = true")
+
+
+def test_a_sandbox_without_its_programs_is_a_problem() -> None:
+    problems = check_environment(
+        SANDBOXED, isdir=lambda p: True, is_executable=lambda p: p not in ("bwrap", "socat")
+    )
+    assert [str(p) for p in problems] == [
+        "claude.settings.sandbox: the CLI's sandbox needs bwrap and socat on PATH "
+        "(apt install bubblewrap socat)"
+    ]
+    only_socat = check_environment(
+        SANDBOXED, isdir=lambda p: True, is_executable=lambda p: p != "socat"
+    )
+    assert "needs socat on PATH" in str(only_socat[0])
+
+
+def test_the_sandbox_programs_are_checked_only_when_the_sandbox_is_on() -> None:
+    for config in (make_config(), make_config("[claude.settings.sandbox]\nenabled = false")):
+        assert (
+            check_environment(config, isdir=lambda p: True, is_executable=lambda p: p == "claude")
+            == []
+        )
+    assert check_environment(SANDBOXED, isdir=lambda p: True, is_executable=lambda p: True) == []
