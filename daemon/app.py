@@ -18,6 +18,7 @@ import structlog
 from aiohttp import web
 
 import daemon
+from daemon import logs
 from daemon.access import check_access
 from daemon.hub import CLOSE_GOING_AWAY, Hub
 from daemon.metrics import Metrics
@@ -307,6 +308,7 @@ async def metrics(request: web.Request) -> web.Response:
         frames_published=hub.stats.frames_published,
         frames_queued=hub.stats.frames_queued,
         subscribers_dropped=hub.stats.subscribers_dropped,
+        log_lines_dropped=logs.lines_dropped(),
     )
     return web.Response(
         text=text,

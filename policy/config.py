@@ -38,6 +38,13 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     tcp: str | None = None
     token_file: str | None = None
     allowed_origins: tuple[str, ...] = ()
+    # How long a connection may stay open without sending a whole request head: a new one
+    # before its first request, a kept-alive one between requests. Streams being answered
+    # (WebSocket, NDJSON, a waiting POST) are not idle.
+    idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
+    # Open connections per listener (the Unix socket and TCP each): past it, a new connection
+    # gets a 503 and is closed, so that a flood on one listener cannot take every descriptor.
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
 
 
 class ClaudeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
