@@ -6,6 +6,10 @@ holds a descriptor only for that instant; the refusals are counted in /metrics a
 most once per :data:`LOG_EVERY_S`. Idle connections are closed by aiohttp's keep-alive bound
 (``[server] idle_timeout_s``, given to the runner), which also runs from the moment a connection
 opens: one that never sends a request head is closed after the same bound.
+
+A request aiohttp cannot parse (a control byte in a header, a line too long, not HTTP) gets the
+API's JSON error too, instead of aiohttp's plain text that quotes the offending bytes back (a
+token among them) and logs a traceback at error level for every such request of any client.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import Final, cast
 import msgspec
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
+from daemon.app import error_response
 from daemon.metrics import Metrics
 
 _log = structlog.get_logger("codelegate.listeners")
@@ -32,6 +38,61 @@ TURN_AWAY: Final = (
     b"Connection: close\r\n"
     b"Retry-After: 1\r\n" + f"Content-Length: {len(_BODY)}\r\n\r\n".encode() + _BODY
 )
+
+
+class Throttle:
+    """At most one log line per period for an event any client can cause at will."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S) -> None:
+        self.every_s = every_s
+        self._unlogged = 0
+        self._next = 0.0
+
+    def due(self) -> int:
+        """0 while quiet; else how many events the line now due stands for."""
+        self._unlogged += 1
+        now = asyncio.get_running_loop().time()
+        if now < self._next:
+            return 0
+        count, self._unlogged, self._next = self._unlogged, 0, now + self.every_s
+        return count
+
+
+_bad_requests = Throttle()
+
+
+class JsonErrors(RequestHandler):
+    """aiohttp's protocol, answering what it cannot parse (and a failure past the middlewares)
+    in the API's error shape, without echoing the request's bytes."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            self.log_exception("request_failed", exc_info=exc)  # redacted like every line
+        elif count := _bad_requests.due():
+            _log.warning(
+                "bad_requests",
+                status=status,
+                error=type(exc).__name__ if exc is not None else None,
+                count=count,
+                every_s=_bad_requests.every_s,
+            )
+        if request.writer.output_size > 0:  # as aiohttp: too late for another answer
+            raise ConnectionError("the answer had begun; cannot send an error instead")
+        if status >= 500:
+            response = error_response(status, "internal_error", "internal error; see the log")
+        else:
+            kind = type(exc).__name__ if exc is not None else "unknown"
+            response = error_response(status, "bad_request", f"malformed HTTP request ({kind})")
+        response.force_close()
+        return response
 
 
 class _TurnAway(asyncio.Protocol):
@@ -74,8 +135,7 @@ class Gate:
     def __init__(self, server: web.Server, name: str, cap: int, metrics: Metrics) -> None:
         self._server, self.name, self.cap, self._metrics = server, name, cap, metrics
         self.open = 0
-        self._refused_unlogged = 0
-        self._next_log = 0.0
+        self._refusals = Throttle()
 
     def __call__(self) -> asyncio.Protocol:
         if self.open >= self.cap:
@@ -83,7 +143,11 @@ class Gate:
             return _TurnAway()
         self.open += 1
         self._metrics.connections[self.name] = self.open
-        return _Counted(self._server(), self)
+        handler = self._server()
+        if type(handler) is RequestHandler:
+            # Same layout (no slots of its own): only handle_error changes.
+            handler.__class__ = JsonErrors
+        return _Counted(handler, self)
 
     def closed(self) -> None:
         self.open -= 1
@@ -91,19 +155,14 @@ class Gate:
 
     def _refused(self) -> None:
         self._metrics.connections_refused[self.name] += 1
-        self._refused_unlogged += 1
-        now = asyncio.get_running_loop().time()
-        if now >= self._next_log:
-            # A flood would otherwise write one line per connection: one line per period.
+        if count := self._refusals.due():  # a flood: one line per period, not per connection
             _log.warning(
                 "connections_refused",
                 listener=self.name,
                 cap=self.cap,
-                refused=self._refused_unlogged,
-                every_s=LOG_EVERY_S,
+                refused=count,
+                every_s=self._refusals.every_s,
             )
-            self._refused_unlogged = 0
-            self._next_log = now + LOG_EVERY_S
 
 
 class GatedSite(web.BaseSite):
