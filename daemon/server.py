@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import gc
 import os
+import resource
 import signal
 import socket
 import stat
@@ -33,13 +34,15 @@ from daemon.app import METRICS, STATE, create_app, manager_of
 from daemon.listeners import GatedSite
 from daemon.supervisor import become_subreaper
 from daemon.tasks import spawn
-from policy.config import Config, socket_mode_bits
+from policy.config import Config, ServerConfig, socket_mode_bits
 
 _log = structlog.get_logger("codelegate.server")
 
 SD_LISTEN_FDS_START: Final = 3
 DRAIN_S: Final = 10.0  # how long running runs may finish on SIGTERM before they are cancelled
 SHUTDOWN_S: Final = 5.0  # then how long open requests get before aiohttp cancels them
+# Descriptors besides client connections: the store, runs' pipes, the loop's own (~20 idle).
+FD_RESERVE: Final = 128
 
 
 class ServerError(Exception):
@@ -276,8 +279,12 @@ async def start_server(
         # right from the first moment (umask), a stale one is replaced safely, an inherited one
         # works, and each listener counts its connections under its own cap.
         for listening in sockets:
-            site = GatedSite(runner, listening, cap=server.max_connections, metrics=app[METRICS])
-            await site.start()
+            cap = (
+                server.unix_max_connections
+                if listening.family == socket.AF_UNIX
+                else server.tcp_max_connections
+            )
+            await GatedSite(runner, listening, cap=cap, metrics=app[METRICS]).start()
     except BaseException:
         if runner is not None:
             await runner.cleanup()
@@ -291,10 +298,32 @@ async def start_server(
     return ServerHandle(app, runner, socket_path, tcp_port, owned, lock)
 
 
+def raise_nofile_limit(server: ServerConfig) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (a shell's soft limit is often 1024) and
+    warn when the listeners' caps do not fit under it; returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    needed = FD_RESERVE + server.unix_max_connections
+    if server.tcp is not None:
+        needed += server.tcp_max_connections
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        _log.warning(
+            "connection_caps_above_nofile",
+            nofile=soft,
+            needed=needed,
+            hint="lower [server] unix_max_connections / tcp_max_connections or raise LimitNOFILE",
+        )
+    return soft
+
+
 async def serve(config: Config, *, drain_s: float = DRAIN_S) -> int:
     """Run the daemon until SIGTERM/SIGINT; returns the process exit code."""
     if become_subreaper():
         _log.info("subreaper", enabled=True)
+    raise_nofile_limit(config.server)
     try:
         handle = await start_server(config, activation=True)
     except ServerError as exc:

@@ -42,9 +42,12 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # before its first request, a kept-alive one between requests. Streams being answered
     # (WebSocket, NDJSON, a waiting POST) are not idle.
     idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
-    # Open connections per listener (the Unix socket and TCP each): past it, a new connection
-    # gets a 503 and is closed, so that a flood on one listener cannot take every descriptor.
-    max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
+    # Open connections per listener: past its cap, a new connection gets a 503 and is closed,
+    # so that a flood on one listener cannot take every descriptor. TCP clients may be anyone
+    # who can reach the port; Unix peers are local users the socket's mode let in (and many
+    # WebSocket subscribers), hence a higher cap.
+    tcp_max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
+    unix_max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1024
 
 
 class ClaudeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

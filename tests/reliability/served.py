@@ -48,10 +48,10 @@ def write_config(
     return path
 
 
-# Lowers RLIMIT_NOFILE (soft and hard, so that nothing raises it back), then runs the CLI.
+# Sets RLIMIT_NOFILE to (soft, hard), then runs the CLI.
 _WITH_NOFILE = (
-    "import resource, runpy, sys; n = int(sys.argv.pop(1)); "
-    "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+    "import resource, runpy, sys; soft, hard = map(int, sys.argv.pop(1).split(':')); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)); "
     "runpy.run_module('daemon.cli', run_name='__main__', alter_sys=True)"
 )
 
@@ -59,8 +59,8 @@ _WITH_NOFILE = (
 class Served:
     """``codelegate serve --config`` as a child process, and a client over its socket.
 
-    ``nofile`` starts it with that RLIMIT_NOFILE; ``stdout_pipe`` gives it a pipe as stdout
-    (``proc.stdout``, for a reader that goes away) and the log file as stderr only.
+    ``nofile`` starts it with that RLIMIT_NOFILE (soft, hard); ``stdout_pipe`` gives it a pipe as
+    stdout (``proc.stdout``, for a reader that goes away) and the log file as stderr only.
     """
 
     def __init__(
@@ -70,7 +70,7 @@ class Served:
         home: Path,
         env: dict[str, str] | None = None,
         *,
-        nofile: int | None = None,
+        nofile: tuple[int, int] | None = None,
         stdout_pipe: bool = False,
         log: str = "daemon.log",
     ) -> None:
@@ -88,7 +88,8 @@ class Served:
         if self.nofile is None:
             command = [sys.executable, "-m", "daemon.cli", *argv]
         else:
-            command = [sys.executable, "-c", _WITH_NOFILE, str(self.nofile), *argv]
+            limits = f"{self.nofile[0]}:{self.nofile[1]}"
+            command = [sys.executable, "-c", _WITH_NOFILE, limits, *argv]
         with open(self.log, "ab") as log:
             return subprocess.Popen(
                 command,

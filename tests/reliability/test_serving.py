@@ -117,7 +117,7 @@ async def test_a_second_serve_exits_nonzero_and_touches_nothing(
 
 # -- item: connection floods -------------------------------------------------------------------
 
-NOFILE = 96  # the daemon uses ~20 descriptors idle
+NOFILE = 96  # soft and hard: the daemon uses ~20 descriptors idle
 CAP = 16
 FLOOD = 160  # more idle connections than the daemon has descriptors
 
@@ -132,9 +132,9 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
     workspace, home = dirs
     token_file = tmp_path / "token"
     token_file.write_text(secrets.token_hex(24))
-    server = tcp_server_lines(token_file, unused_tcp_port, f"max_connections = {CAP}\n")
+    server = tcp_server_lines(token_file, unused_tcp_port, f"tcp_max_connections = {CAP}\n")
     served = Served(
-        write_config(short_dir, workspace, server=server), short_dir, home, nofile=NOFILE
+        write_config(short_dir, workspace, server=server), short_dir, home, nofile=(NOFILE, NOFILE)
     )
     await served.start()
     flood: list[asyncio.StreamWriter] = []
@@ -177,6 +177,8 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
     lines = [line for line in served.log.read_text().splitlines() if "connections_refused" in line]
     # Logged, but not once per connection.
     assert 1 <= len(lines) < (FLOOD - CAP) / 2, lines
+    # The operator was told at start-up that the Unix socket's cap does not fit either.
+    assert "connection_caps_above_nofile" in served.log.read_text()
 
 
 async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
@@ -193,10 +195,17 @@ async def test_idle_and_half_sent_connections_are_closed_after_the_idle_bound(
     token_file = tmp_path / "token"
     token_file.write_text(token)
     server = tcp_server_lines(token_file, unused_tcp_port, "idle_timeout_s = 0.5\n")
-    served = Served(write_config(short_dir, workspace, server=server), short_dir, home)
+    # A soft descriptor limit below the hard one, as a login shell's often is.
+    served = Served(
+        write_config(short_dir, workspace, server=server), short_dir, home, nofile=(1100, 4096)
+    )
     await served.start()
     writers: list[asyncio.StreamWriter] = []
     try:
+        assert served.proc is not None
+        with open(f"/proc/{served.proc.pid}/limits") as fh:  # noqa: ASYNC230 - procfs, instant
+            limits = fh.read()
+        assert re.search(r"Max open files\s+4096\s+4096", limits), limits  # raised to the hard
         silent, w = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
         writers.append(w)
         half, w = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
@@ -218,6 +227,8 @@ async def test_idle_and_half_sent_connections_are_closed_after_the_idle_bound(
         for writer in writers:
             writer.close()
         assert await served.stop() == 0
+    # 1100 descriptors would not have held both caps; the raised limit does.
+    assert "connection_caps_above_nofile" not in served.log.read_text()
 
 
 # -- item: a broken stdout ---------------------------------------------------------------------
