@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import sys
 import threading
 from collections.abc import MutableMapping
 from typing import Any, Final, TextIO, cast
@@ -158,7 +157,8 @@ def configure(*, level: str = "info", json: bool = True, stream: TextIO | None =
     Lines go to ``stream`` (default: stdout, which journald collects).
     """
     global _sink
-    out = LineSink(stream=stream) if stream is not None else LineSink(fd=sys.stdout.fileno())
+    # fd 1 itself, not sys.stdout: that is None when the daemon was started with stdout closed.
+    out = LineSink(stream=stream) if stream is not None else LineSink(fd=1)
     _sink = out
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_render)

@@ -360,8 +360,25 @@ async def serve(config: Config, *, drain_s: float = DRAIN_S) -> int:
     return 0
 
 
+def ensure_standard_fds() -> None:
+    """Point a closed stdin, stdout or stderr at /dev/null before anything opens a descriptor.
+
+    Started with ``>&-``, the daemon's next socket would be fd 1: log lines would go to a
+    client, and libuv aborts the process when it closes a descriptor below 3.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def run(config: Config, *, drain_s: float = DRAIN_S) -> int:
     """Run :func:`serve` on uvloop (as a loop factory, not a global policy)."""
+    ensure_standard_fds()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -60,7 +60,8 @@ class Served:
     """``codelegate serve --config`` as a child process, and a client over its socket.
 
     ``nofile`` starts it with that RLIMIT_NOFILE (soft, hard); ``stdout_pipe`` gives it a pipe as
-    stdout (``proc.stdout``, for a reader that goes away) and the log file as stderr only.
+    stdout (``proc.stdout``, for a reader that goes away) and the log file as stderr only;
+    ``stdout_closed`` starts it with no stdout at all (``>&-``).
     """
 
     def __init__(
@@ -72,11 +73,12 @@ class Served:
         *,
         nofile: tuple[int, int] | None = None,
         stdout_pipe: bool = False,
+        stdout_closed: bool = False,
         log: str = "daemon.log",
     ) -> None:
         self.config, self.state, self.home = config, state, home
         self.env = env or {}
-        self.nofile, self.stdout_pipe = nofile, stdout_pipe
+        self.nofile, self.stdout_pipe, self.stdout_closed = nofile, stdout_pipe, stdout_closed
         self.proc: subprocess.Popen[bytes] | None = None
         self.http: aiohttp.ClientSession | None = None
         self.log = state / log
@@ -90,13 +92,15 @@ class Served:
         else:
             limits = f"{self.nofile[0]}:{self.nofile[1]}"
             command = [sys.executable, "-c", _WITH_NOFILE, limits, *argv]
+        if self.stdout_closed:
+            command = ["/bin/sh", "-c", 'exec "$@" >&-', "sh", *command]
         with open(self.log, "ab") as log:
             return subprocess.Popen(
                 command,
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE if self.stdout_pipe else log,
-                stderr=log if self.stdout_pipe else subprocess.STDOUT,
+                stderr=log if self.stdout_pipe or self.stdout_closed else subprocess.STDOUT,
             )
 
     async def exits(self, deadline_s: float = 30.0) -> int:
