@@ -205,12 +205,17 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(500, "internal_error", "internal error; see the daemon's log")
 
 
+# Any client that reaches a listener can be refused at will: a line per period, with a count.
+_refusals = logs.Throttle(10.0)
+
+
 @web.middleware
 async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
     refusal = check_access(request, request.app[CONFIG].server, request.app[STATE].tcp_token)
     if refusal is not None:
         request.app[METRICS].http_errors[refusal[0]] += 1
-        _log.warning("access_refused", code=refusal[1], path=request.path)
+        if count := _refusals.due():
+            _log.warning("access_refused", code=refusal[1], path=request.path, count=count)
         return error_response(*refusal)
     return await handler(request)
 

@@ -24,6 +24,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from daemon.app import error_response
+from daemon.logs import Throttle
 from daemon.metrics import Metrics
 
 _log = structlog.get_logger("codelegate.listeners")
@@ -40,25 +41,7 @@ TURN_AWAY: Final = (
 )
 
 
-class Throttle:
-    """At most one log line per period for an event any client can cause at will."""
-
-    def __init__(self, every_s: float = LOG_EVERY_S) -> None:
-        self.every_s = every_s
-        self._unlogged = 0
-        self._next = 0.0
-
-    def due(self) -> int:
-        """0 while quiet; else how many events the line now due stands for."""
-        self._unlogged += 1
-        now = asyncio.get_running_loop().time()
-        if now < self._next:
-            return 0
-        count, self._unlogged, self._next = self._unlogged, 0, now + self.every_s
-        return count
-
-
-_bad_requests = Throttle()
+_bad_requests = Throttle(LOG_EVERY_S)
 
 
 class JsonErrors(RequestHandler):
@@ -135,7 +118,7 @@ class Gate:
     def __init__(self, server: web.Server, name: str, cap: int, metrics: Metrics) -> None:
         self._server, self.name, self.cap, self._metrics = server, name, cap, metrics
         self.open = 0
-        self._refusals = Throttle()
+        self._refusals = Throttle(LOG_EVERY_S)
 
     def __call__(self) -> asyncio.Protocol:
         if self.open >= self.cap:

@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections.abc import MutableMapping
 from typing import Any, Final, TextIO, cast
 
@@ -96,6 +97,24 @@ def _render(obj: Any, **_kwargs: Any) -> str:
         return _encoder.encode(obj).decode()
     except UnicodeEncodeError:
         return _encoder.encode(_unicode_safe(obj)).decode()
+
+
+class Throttle:
+    """At most one log line per period for an event any client can cause at will."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._unlogged = 0
+        self._next = 0.0
+
+    def due(self) -> int:
+        """0 while quiet; else how many events the line now due stands for."""
+        self._unlogged += 1
+        now = time.monotonic()
+        if now < self._next:
+            return 0
+        count, self._unlogged, self._next = self._unlogged, 0, now + self.every_s
+        return count
 
 
 class LineSink:

@@ -34,6 +34,9 @@ async def exchange(port: int, request: bytes) -> bytes:
         writer.close()
 
 
+REPEAT = 30
+
+
 def head(*lines: bytes) -> bytes:
     return b"\r\n".join([b"GET /healthz HTTP/1.1", b"Host: x", *lines, b"Connection: close"]) + (
         b"\r\n\r\n"
@@ -70,12 +73,19 @@ async def test_a_token_with_a_stray_byte_gets_a_json_4xx_and_reaches_no_log(
             assert b"content-type: application/json" in headers.lower(), (what, headers)
             assert set(msgspec.json.decode(body)["error"]) == {"code", "message"}, what
             assert token not in answer, what
+        # Any client can repeat them at will: the log gets a line per period, not per request.
+        for _ in range(REPEAT):
+            await exchange(unused_tcp_port, bad["control byte"])
+            await exchange(unused_tcp_port, head(b"Authorization: Bearer wrong-token"))
         # The listener itself is fine: the token as sent by a client that means it.
         answer = await exchange(unused_tcp_port, head(b"Authorization: Bearer " + token))
         assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
     finally:
         assert await served.stop() == 0
-    assert token not in served.log.read_bytes()
+    log = served.log.read_bytes()
+    assert token not in log
+    for event in (b'"bad_requests"', b'"access_refused"'):
+        assert 1 <= log.count(event) < REPEAT / 2, event
     assert token not in store_bytes(short_dir)
 
 
