@@ -40,7 +40,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     allowed_origins: tuple[str, ...] = ()
     # How long a connection may stay open without sending a whole request head: a new one
     # before its first request, a kept-alive one between requests. Streams being answered
-    # (WebSocket, NDJSON, a waiting POST) are not idle.
+    # (WebSocket, NDJSON, a waiting POST) are not idle. Above the 15 s after which aiohttp's
+    # client (and most others) drop a pooled connection: none reuses one the daemon is closing.
     idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
     # Open connections per listener: past its cap, a new connection gets a 503 and is closed,
     # so that a flood on one listener cannot take every descriptor. TCP clients may be anyone
