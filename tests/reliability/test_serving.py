@@ -147,7 +147,7 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
 
         # Unauthenticated clients that connect and never send a byte.
         for _ in range(FLOOD):
-            _reader, writer = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
+            reader, writer = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
             flood.append(writer)
         refused = 'codelegate_connections_refused_total{listener="tcp"}'
         async with asyncio.timeout(60):  # until the daemon has accepted them all
@@ -156,6 +156,10 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
                     break
                 await asyncio.sleep(0.05)
         assert await metric(served, 'codelegate_connections{listener="tcp"}') == CAP
+        # The last one came past the cap: told so in the API's shape, and closed.
+        turned_away = await read_to_eof(reader)
+        assert turned_away.startswith(b"HTTP/1.1 503 "), turned_away[:200]
+        assert b'"too_many_connections"' in turned_away
 
         # While the flood holds its share: the Unix socket answers and a new run completes.
         status, health = await served.json("GET", "/healthz")
