@@ -8,16 +8,19 @@ registered with :func:`mask_exactly` and masked wherever they appear, whatever t
 
 Logging never breaks serving: a line that cannot be written (stdout a closed pipe, a log
 collector that died, a full disk) is dropped and counted (:func:`lines_dropped`, in /metrics),
-never raised into a request or the shutdown.
+never raised into a request or the shutdown; and a reader that stops reading (``serve | less``,
+a stalled collector) blocks a writer thread, never the event loop.
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import MutableMapping
 from typing import Any, Final, TextIO, cast
 
@@ -27,6 +30,8 @@ import structlog
 from translator.redact import MASK, redact_value
 
 _encoder = msgspec.json.Encoder(enc_hook=repr)
+QUEUE_LINES: Final = 10_000  # lines waiting for a slow stdout; past it new ones are dropped
+EXIT_DRAIN_S: Final = 2.0  # how long the exit waits for queued lines to go out
 _JSON_SCALARS: Final = (str, int, float, bool, type(None))
 _known: set[str] = set()
 
@@ -156,6 +161,64 @@ class LineSink:
         """Nothing to do: every write goes out at once."""
 
 
+class QueuedSink(LineSink):
+    """A :class:`LineSink` on a descriptor whose writes never wait: a writer thread does them.
+
+    A pipe whose reader stopped reading fills up and blocks that thread, not the caller (the
+    event loop); lines past ``limit`` are dropped and counted. :meth:`drain` (at exit) waits a
+    bounded time for what is queued.
+    """
+
+    def __init__(self, fd: int, limit: int = QUEUE_LINES) -> None:
+        super().__init__(fd=fd)
+        self._limit = limit
+        self._lines: deque[str] = deque()
+        self._changed = threading.Condition(self._lock)
+        self._writing = 0  # lines taken by the thread and not yet written
+        self._thread: threading.Thread | None = None
+
+    def write(self, text: str) -> int:
+        with self._changed:
+            if len(self._lines) >= self._limit:
+                self.dropped += 1
+                return len(text)
+            self._lines.append(text)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+        return len(text)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._lines:
+                    self._changed.wait()
+                batch = list(self._lines)
+                self._lines.clear()
+                self._writing = len(batch)
+            try:
+                self._write_fd("".join(batch).encode("utf-8", "backslashreplace"))
+            except OSError:
+                with self._changed:
+                    self.dropped += len(batch)
+            finally:
+                with self._changed:
+                    self._writing = 0
+                    self._changed.notify_all()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until every queued line is written or dropped; False after ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        with self._changed:
+            while self._lines or self._writing:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+
 _sink: LineSink | None = None
 _stderr = LineSink(fd=2)
 
@@ -176,8 +239,13 @@ def configure(*, level: str = "info", json: bool = True, stream: TextIO | None =
     Lines go to ``stream`` (default: stdout, which journald collects).
     """
     global _sink
-    # fd 1 itself, not sys.stdout: that is None when the daemon was started with stdout closed.
-    out = LineSink(stream=stream) if stream is not None else LineSink(fd=1)
+    out: LineSink
+    if stream is not None:
+        out = LineSink(stream=stream)
+    else:
+        # fd 1 itself, not sys.stdout: that is None when the daemon was started without one.
+        out = QueuedSink(fd=1)
+        atexit.register(out.drain, EXIT_DRAIN_S)
     _sink = out
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_render)

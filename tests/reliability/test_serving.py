@@ -8,9 +8,12 @@ on the daemon's own answers or reads until EOF, never sleeps.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import re
 import secrets
+import struct
+import termios
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -237,6 +240,9 @@ async def test_idle_and_half_sent_connections_are_closed_after_the_idle_bound(
 
 # -- item: a broken stdout ---------------------------------------------------------------------
 
+PIPE_BYTES = 4096  # the smallest pipe Linux makes
+RUNS = 12  # two log lines of ~250 bytes each: more than the pipe holds
+
 
 @pytest.mark.parametrize("how", ["reader_gone", "descriptor_closed"])
 async def test_a_closed_stdout_never_breaks_requests_runs_or_shutdown(
@@ -273,3 +279,36 @@ async def test_a_closed_stdout_never_breaks_requests_runs_or_shutdown(
     assert code == 0, served.log.read_text()[-2000:]
     assert not (short_dir / "d.sock").exists()
     assert "Traceback" not in served.log.read_text()
+
+
+async def test_a_stdout_nobody_reads_never_stalls_requests_runs_or_shutdown(
+    dirs: tuple[Path, Path], short_dir: Path
+) -> None:
+    workspace, home = dirs
+    served = Served(write_config(short_dir, workspace), short_dir, home, stdout_pipe=True)
+    await served.start()
+    assert served.proc is not None
+    assert served.proc.stdout is not None
+    out = served.proc.stdout.fileno()
+    # `codelegate serve | less`, and nobody scrolls: a small pipe, never read.
+    fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    try:
+        for _ in range(RUNS):  # each run logs its start and its end
+            status, body = await served.json(
+                "POST", "/v1/runs", json={"task": "fake: normal", "cwd": "."}
+            )
+            assert status == 202, body
+            assert (await wait_done(served, body["run_id"]))["status"] == "completed"
+        buffered = struct.unpack("i", fcntl.ioctl(out, termios.FIONREAD, b"\0" * 4))[0]
+        assert buffered > PIPE_BYTES // 2, buffered  # the pipe is full: writes would block
+        status, health = await served.json("GET", "/healthz")
+        assert (status, health["status"]) == (200, "ok")
+        status, body = await served.json(
+            "POST", "/v1/runs", json={"task": "fake: normal", "cwd": "."}
+        )
+        assert status == 202, body
+        assert (await wait_done(served, body["run_id"]))["status"] == "completed"
+    finally:
+        code = await served.stop()
+    assert code == 0, served.log.read_text()[-2000:]
+    assert not (short_dir / "d.sock").exists()
