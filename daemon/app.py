@@ -18,6 +18,7 @@ import structlog
 from aiohttp import web
 
 import daemon
+from daemon import logs
 from daemon.access import check_access
 from daemon.hub import CLOSE_GOING_AWAY, Hub
 from daemon.metrics import Metrics
@@ -204,12 +205,17 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(500, "internal_error", "internal error; see the daemon's log")
 
 
+# Any client that reaches a listener can be refused at will: a line per period, with a count.
+_refusals = logs.Throttle(10.0)
+
+
 @web.middleware
 async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
     refusal = check_access(request, request.app[CONFIG].server, request.app[STATE].tcp_token)
     if refusal is not None:
         request.app[METRICS].http_errors[refusal[0]] += 1
-        _log.warning("access_refused", code=refusal[1], path=request.path)
+        if count := _refusals.due():
+            _log.warning("access_refused", code=refusal[1], path=request.path, count=count)
         return error_response(*refusal)
     return await handler(request)
 
@@ -307,6 +313,7 @@ async def metrics(request: web.Request) -> web.Response:
         frames_published=hub.stats.frames_published,
         frames_queued=hub.stats.frames_queued,
         subscribers_dropped=hub.stats.subscribers_dropped,
+        log_lines_dropped=logs.lines_dropped(),
     )
     return web.Response(
         text=text,

@@ -20,6 +20,9 @@ class Metrics:
         self.diagnostics: Counter[str] = Counter()
         self.ws_connections = 0
         self.http_errors: Counter[int] = Counter()
+        # Per listener ("unix", "tcp"): connections open now, and turned away at the cap.
+        self.connections: Counter[str] = Counter()
+        self.connections_refused: Counter[str] = Counter()
         self._buckets = [0] * len(DURATION_BUCKETS)
         self._duration_sum = 0.0
         self._duration_count = 0
@@ -40,6 +43,7 @@ class Metrics:
         frames_published: int,
         frames_queued: int,
         subscribers_dropped: int,
+        log_lines_dropped: int = 0,
     ) -> str:
         """The text format (version 0.0.4) for ``GET /metrics``."""
         out: list[str] = []
@@ -79,6 +83,22 @@ class Metrics:
         family("codelegate_http_errors_total", "counter", "Error answers, by HTTP status.")
         for status_code, n in sorted(self.http_errors.items()):
             out.append(f'codelegate_http_errors_total{{status="{status_code}"}} {n}')
+        family("codelegate_connections", "gauge", "Open client connections, by listener.")
+        for listener, n in sorted(self.connections.items()):
+            out.append(f'codelegate_connections{{listener="{listener}"}} {n}')
+        family(
+            "codelegate_connections_refused_total",
+            "counter",
+            "Connections closed at once because their listener was at its cap.",
+        )
+        for listener, n in sorted(self.connections_refused.items()):
+            out.append(f'codelegate_connections_refused_total{{listener="{listener}"}} {n}')
+        family(
+            "codelegate_log_lines_dropped_total",
+            "counter",
+            "Log lines that could not be written (stdout closed or full).",
+        )
+        out.append(f"codelegate_log_lines_dropped_total {log_lines_dropped}")
         family("codelegate_run_duration_seconds", "histogram", "Wall-clock duration of runs.")
         for bound, n in zip(DURATION_BUCKETS, self._buckets, strict=True):
             out.append(f'codelegate_run_duration_seconds_bucket{{le="{bound:g}"}} {n}')

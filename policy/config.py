@@ -39,6 +39,17 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     tcp: str | None = None
     token_file: str | None = None
     allowed_origins: tuple[str, ...] = ()
+    # How long a connection may stay open without sending a whole request head: a new one
+    # before its first request, a kept-alive one between requests. Streams being answered
+    # (WebSocket, NDJSON, a waiting POST) are not idle. Above the 15 s after which aiohttp's
+    # client (and most others) drop a pooled connection: none reuses one the daemon is closing.
+    idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
+    # Open connections per listener: past its cap, a new connection gets a 503 and is closed,
+    # so that a flood on one listener cannot take every descriptor. TCP clients may be anyone
+    # who can reach the port; Unix peers are local users the socket's mode let in (and many
+    # WebSocket subscribers), hence a higher cap.
+    tcp_max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
+    unix_max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1024
 
 
 class ClaudeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
