@@ -4,15 +4,26 @@
 printed for good (a finished top-level card with its subagent cards, assistant text, the final
 result); ``Board.live(now)`` renders what is still moving (open cards with a spinner and their
 elapsed time). Keeping time an argument makes every rendering reproducible in tests.
+
+Everything drawn here carries text the model, the CLI or a workspace chose (titles, errors,
+answers, file names), and a terminal obeys the escape sequences in it (clipboard writes, screen
+clears, window titles). Two doors keep them out, each for everything that comes through it:
+``Board.feed`` strips every string of a frame before anything is built from it, and
+``CleanConsole`` (the only console the terminal client prints through) strips the strings it is
+given and, as a last guard, every text segment it writes.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from rich.console import Group, RenderableType
+import msgspec
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.rule import Rule
+from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
@@ -31,6 +42,16 @@ NAME_PREFIX: Final = "Claude Code › "
 _SPINNER: Final = Spinner("dots")
 _NOTE_CHARS: Final = 100
 _ERROR_CHARS: Final = 160
+# What a terminal acts on instead of showing: ESC sequences (CSI, OSC, DCS/SOS/PM/APC up to
+# their terminator, and the short ones), their 8-bit C1 forms, every other C0 and C1 control but
+# newline and tab, DEL, and the bidi embeddings/overrides/isolates that make text read other than
+# it is stored ("Trojan Source"). An unterminated string runs to the end, as a terminal takes it.
+_CONTROLS: Final = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+)
 
 
 @dataclass
@@ -77,6 +98,56 @@ def spinner_frame(now: float) -> str:
     return frames[int(now * 1000 / _SPINNER.interval) % len(frames)]
 
 
+def strip_controls(text: str) -> str:
+    """``text`` without anything a terminal would interpret rather than print."""
+    return _CONTROLS.sub("", text)
+
+
+def _stripped(value: Any) -> Any:
+    if isinstance(value, str):
+        return strip_controls(value)
+    if isinstance(value, list):
+        return [_stripped(item) for item in value]
+    if isinstance(value, dict):
+        return {_stripped(key): _stripped(item) for key, item in value.items()}
+    return value
+
+
+def clean_frame(frame: Frame) -> Frame:
+    """``frame`` with the control sequences stripped from every string in it (itself if none)."""
+    # Field by field would miss the next field someone adds; the builtins walk covers them all.
+    plain = msgspec.to_builtins(frame)
+    stripped = _stripped(plain)
+    if stripped == plain:
+        return frame
+    try:
+        return msgspec.convert(stripped, type(frame))
+    except msgspec.ValidationError:  # a field emptied below its bound: CleanConsole still guards
+        return frame
+
+
+class CleanConsole(Console):
+    """A rich Console that writes no control sequence it did not make itself.
+
+    Strings are stripped before rich makes Text of them: rich drops a BEL itself, which would
+    leave an OSC unterminated and swallow the words after it. Rich keeps its own cursor moves,
+    colours and Live redraws in control segments (and styles); every other segment is text from a
+    renderable and loses any control sequence here, whatever it was built from.
+    """
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(strip_controls(text), **kwargs)
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            # Nested renderables come through here once per level; cleaned text is left as is.
+            if segment.control is None and _CONTROLS.search(segment.text):
+                segment = segment._replace(text=strip_controls(segment.text))
+            yield segment
+
+
 class Board:
     """Cards of one run, keyed by ``tool_id``; subagent cards hang under their Task card."""
 
@@ -90,6 +161,7 @@ class Board:
     # -- input -----------------------------------------------------------------------------
     def feed(self, frame: Frame) -> list[RenderableType]:
         """Take one frame; return the renderables that are now final (print them once)."""
+        frame = clean_frame(frame)
         if self.started is None:
             self.started = frame.ts
         if isinstance(frame, ToolCall):

@@ -24,7 +24,7 @@ import msgspec
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from daemon.board import Board, MultiBoard
+from daemon.board import Board, CleanConsole, MultiBoard
 from daemon.tool import socket_path
 from translator.frames import Frame, RunResult, decode_frame
 
@@ -293,8 +293,9 @@ def _main(command: str, argv: list[str]) -> int:
     args.socket = socket_path(args.socket)
     if command == "run":
         args.cwd = os.path.abspath(args.cwd)  # the daemon has its own cwd
-    # With --json, stdout is for frames only; the client's own words go to stderr.
-    console = Console(stderr=args.json, highlight=False)
+    # With --json, stdout is for frames only; the client's own words go to stderr. Whatever is
+    # printed goes through CleanConsole: run text is the model's, and a terminal obeys escapes.
+    console = CleanConsole(stderr=args.json, highlight=False)
     renderer = Renderer(
         console,
         json_out=sys.stdout.buffer if args.json else None,

@@ -6,12 +6,12 @@ import io
 
 from rich.console import Console, RenderableType
 
-from daemon.board import Board, MultiBoard, spinner_frame
+from daemon.board import Board, CleanConsole, MultiBoard, spinner_frame, strip_controls
 from daemon.cli import translate_stream
 from tests.conftest import REFERENCE
-from translator.frames import Frame, ToolCall, decode_frame
+from translator.frames import Frame, PermissionDenial, ToolCall, decode_frame
 
-from .frames import SESSION, T0, Script, subagent_run
+from .frames import SESSION, T0, Hostile, Script, subagent_run
 
 
 def _text(*renderables: RenderableType) -> str:
@@ -138,3 +138,73 @@ def test_real_transcripts_settle_every_card() -> None:
         assert board.result is not None
         calls = sum(1 for f in frames if isinstance(f, ToolCall))
         assert text.count("✓ ") + text.count("✗ ") == calls + 1, transcript.name
+
+
+def _terminal(*renderables: RenderableType) -> str:
+    """What a colour terminal receives: the bytes of CleanConsole, styles and all."""
+    out = io.StringIO()
+    console = CleanConsole(file=out, force_terminal=True, color_system="truecolor", width=300)
+    for renderable in renderables:
+        console.print(renderable)
+    return out.getvalue()
+
+
+def test_escape_sequences_in_any_text_never_reach_the_terminal() -> None:
+    evil = Hostile()
+    s = Script()
+    board = Board()
+    printed: list[RenderableType] = []
+    frames = [
+        s.say(evil.payload("hello"), 0.1),
+        s.call("claude:t", "Task", evil.payload("Explore"), 0.2),
+        s.progress("claude:t", "Task", 0.3, elapsed_ms=100, summary=evil.payload("reading")),
+        s.call("claude:r", evil.payload("Reader"), "", 0.4, parent="claude:t"),
+        s.say(evil.payload("subagent"), 0.5, parent="claude:t"),
+    ]
+    live = ""
+    for frame in frames:  # the live view after each frame: a note shows until the next one
+        printed.extend(board.feed(frame))
+        live += _terminal(board.live(T0 + 1))
+    printed.extend(board.feed(s.done("claude:r", "Read", 0.6, 100)))
+    printed.extend(board.feed(s.done("claude:t", "Task", 0.7, 500)))
+    printed.extend(board.feed(s.call("claude:b", "Bash", "Run: ls", 0.8)))
+    printed.extend(
+        board.feed(
+            s.done("claude:b", "Bash", 0.9, 10, error=evil.payload("boom"), error_type="timeout")
+        )
+    )
+    printed.extend(
+        board.feed(
+            s.result(
+                1.0,
+                status="failed",
+                error=evil.payload("failed"),
+                result=evil.payload("answer"),
+                files_changed=[evil.payload("notes.txt")],
+                permission_denials=[PermissionDenial(tool_id="b", name=evil.payload("Bash"))],
+            )
+        )
+    )
+    settled = _terminal(*printed, evil.payload("a note"))
+
+    assert evil.leaks(live) == []
+    assert evil.leaks(settled) == []
+    for word in ("hello", "Explore", "reading", "Reader", "subagent"):
+        assert word in live + settled
+    for word in ("boom", "failed", "answer", "notes.txt", "Bash", "a note"):
+        assert word in settled
+
+
+def test_the_plain_rich_console_would_pass_the_escapes_through() -> None:
+    # Why CleanConsole exists: rich prints ESC, BEL and C1 as given.
+    evil = Hostile()
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, color_system="truecolor").print(evil.payload("x"))
+    assert evil.leaks(out.getvalue()) != []
+
+
+def test_stripping_keeps_newlines_tabs_and_ordinary_unicode() -> None:
+    text = "line one\n\tindented · ✓ héllo שלום 日本"
+    assert strip_controls(text) == text
+    assert strip_controls("a\x1b]52;c;unterminated") == "a"
+    assert strip_controls("a\x1b[1;31mb\x1b") == "ab"

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from rich.console import Console
 
@@ -16,7 +17,7 @@ from daemon.terminal import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, Renderer
 from translator.frames import Frame, encode_frame
 
 from .conftest import FakeDaemon
-from .frames import RUN, SESSION, Script, subagent_run
+from .frames import RUN, SESSION, Hostile, Script, subagent_run
 
 
 def _console() -> Console:
@@ -202,3 +203,38 @@ async def test_watch_all_follows_every_run_over_the_websocket(fake_daemon: FakeD
     text = console.export_text()
     assert "run run-a" in text
     assert "✓ Read b  0.2s" in text
+
+
+async def test_watch_and_run_print_no_escape_sequence_a_frame_or_an_error_carries(
+    fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole client as a user starts it (terminal.main: its own console, a colour terminal,
+    # the Live view), in a thread so that the stand-in daemon keeps serving on this loop.
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    evil = Hostile()
+    s = Script()
+    fake_daemon.events = _stream(
+        [
+            s.say(evil.payload("hello"), 0.1),
+            s.call("claude:r", "Read", evil.payload("Read notes.txt"), 0.2),
+            s.done("claude:r", "Read", 0.3, 100, error=evil.payload("gone"), error_type="timeout"),
+            s.result(0.4, result=evil.payload("answer"), files_changed=[evil.payload("a.txt")]),
+        ]
+    )
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        error = {"error": {"code": "bad_request", "message": evil.payload("no such dir")}}
+        return web.json_response(error, status=400)
+
+    fake_daemon.post_run = refuse
+
+    watched = await asyncio.to_thread(terminal.main, ["watch", RUN, "--socket", fake_daemon.socket])
+    refused = await asyncio.to_thread(
+        terminal.main, ["run", "x", "--cwd", "/", "--socket", fake_daemon.socket]
+    )
+
+    out = capsys.readouterr().out
+    assert (watched, refused) == (EXIT_OK, EXIT_REFUSED)
+    assert evil.leaks(out) == []
+    for word in ("hello", "Read notes.txt", "gone", "answer", "a.txt", "no such dir"):
+        assert word in out
