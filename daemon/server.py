@@ -26,6 +26,7 @@ from aiohttp import web
 from daemon.app import STATE, create_app, manager_of
 from daemon.supervisor import become_subreaper
 from daemon.tasks import spawn
+from policy.checks import token_problem
 from policy.config import Config, socket_mode_bits
 
 _log = structlog.get_logger("codelegate.server")
@@ -137,8 +138,9 @@ def read_token(path: str) -> bytes:
             token = fh.read().strip()
     except OSError as exc:
         raise ServerError(f"cannot read server.token_file: {exc}") from exc
-    if len(token) < 16:
-        raise ServerError("server.token_file must hold a token of at least 16 bytes")
+    problem = token_problem(token)  # the same check doctor makes
+    if problem:
+        raise ServerError(problem)
     return token
 
 

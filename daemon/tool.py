@@ -24,7 +24,6 @@ from typing import Any, Final, Literal
 
 Mode = Literal["safe", "accept_edits", "plan", "auto"]
 
-DEFAULT_SOCKET: Final = "var/codelegate.sock"
 SOCKET_ENV: Final = "CODELEGATE_SOCKET"
 RUN_ID_HEADER: Final = "X-Codelegate-Run-Id"
 _CONNECT_TIMEOUT_S: Final = 10.0
@@ -55,9 +54,20 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+def state_dir() -> str:
+    """Where development defaults (``make run``) keep the daemon's socket, store and config.
+
+    ``$XDG_STATE_HOME/codelegate``, else ``~/.local/state/codelegate``: the same folder from any
+    directory, and outside any workspace one would delegate into. The one owner of this rule:
+    ``codelegate serve``/``doctor``/``run``/``watch`` and this tool all ask here.
+    """
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local/state")
+    return os.path.join(os.path.abspath(base), "codelegate")
+
+
 def socket_path(explicit: str = "") -> str:
     """The daemon's socket: an explicit path, else ``$CODELEGATE_SOCKET``, else the dev default."""
-    return explicit or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+    return explicit or os.environ.get(SOCKET_ENV) or os.path.join(state_dir(), "codelegate.sock")
 
 
 def claude_code(
