@@ -16,6 +16,7 @@ given and, as a last guard, every text segment it writes.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -151,12 +152,23 @@ class CleanConsole(Console):
 class Board:
     """Cards of one run, keyed by ``tool_id``; subagent cards hang under their Task card."""
 
-    def __init__(self, run_id: str = "") -> None:
+    def __init__(
+        self, run_id: str = "", *, cwd: str | None = None, started: float | None = None
+    ) -> None:
         self.run_id = run_id
+        # The run's workspace, when the client knows it: the resume hint must name it (the
+        # daemon refuses a resume from another workspace).
+        self.cwd = cwd
+        # When the run started (the client's POST, the daemon's created_at); else the first
+        # frame's time. The CLI's first line comes seconds after the start.
+        self.started = started
         self.cards: dict[str, Card] = {}
         self.roots: list[str] = []  # unsettled top-level cards, in the order they opened
         self.result: FinalResult | None = None
-        self.started: float | None = None
+        self.ended: float | None = None
+        # Whether the CLI ever got going (it spoke or used a tool): only then is there a
+        # session to resume.
+        self.cli_spoke = False
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, frame: Frame) -> list[RenderableType]:
@@ -164,6 +176,8 @@ class Board:
         frame = clean_frame(frame)
         if self.started is None:
             self.started = frame.ts
+        if isinstance(frame, ToolCall | ToolProgress | ToolResult | ProviderMessage):
+            self.cli_spoke = True
         if isinstance(frame, ToolCall):
             return self._open(frame)
         if isinstance(frame, ToolProgress):
@@ -180,6 +194,7 @@ class Board:
         if isinstance(frame, ProviderMessage):
             return self._message(frame)
         if isinstance(frame, RunResult):
+            self.ended = frame.ts
             return self._finish(frame.result)
         if isinstance(frame, Diagnostic):
             text = f"! {frame.count} × {frame.code.replace('_', ' ')}"
@@ -239,7 +254,11 @@ class Board:
         for root in list(self.roots):  # the daemon closes every card first; be safe anyway
             out.append(self._tree(root, now=None))
         self.roots.clear()
-        out.append(render_result(result))
+        # The CLI's duration_ms ends with its main loop; background subagents may go on for long
+        # after, and the run lasts until the last of them. Show the longer of the two.
+        wall = (self.ended or 0.0) - (self.started or self.ended or 0.0)
+        resumable = self.cli_spoke or result.num_turns is not None
+        out.append(render_result(result, cwd=self.cwd, wall_s=wall, resumable=resumable))
         return out
 
     def _root_of(self, card: Card) -> str:
@@ -262,7 +281,9 @@ class Board:
         """What is still moving: open top-level cards with their subagent cards."""
         lines: list[RenderableType] = [self._tree(root, now) for root in self.roots]
         if self.result is None:
-            since = now - self.started if self.started is not None else 0.0
+            if self.started is None:
+                self.started = now  # nothing known yet: count from when the client first drew
+            since = now - self.started
             lines.append(
                 Text.assemble(
                     (f"{spinner_frame(now)} ", "cyan"),
@@ -271,6 +292,12 @@ class Board:
                 )
             )
         return Group(*lines)
+
+    def open_cards(self) -> RenderableType | None:
+        """The cards still open, as they stand: what a client leaving early keeps on screen."""
+        if not self.roots:
+            return None
+        return Group(*(self._tree(root, now=None) for root in self.roots))
 
     def _tree(self, tool_id: str, now: float | None, depth: int = 0) -> RenderableType:
         card = self.cards[tool_id]
@@ -303,15 +330,27 @@ class Board:
         return text
 
 
-def render_result(result: FinalResult) -> RenderableType:
-    """The end of a run: status, Claude Code's answer, what changed, how to resume."""
+def render_result(
+    result: FinalResult,
+    *,
+    cwd: str | None = None,
+    wall_s: float = 0.0,
+    resumable: bool = True,
+) -> RenderableType:
+    """The end of a run: status, Claude Code's answer, what changed, how to resume.
+
+    ``wall_s`` is the run's own length as the client saw it; ``resumable`` is False when the CLI
+    never started a session; ``cwd`` goes into the resume hint (without it there is no hint:
+    pasted elsewhere, it would be refused).
+    """
     ok = result.status == "completed"
     head = Text()
     head.append("✓ " if ok else "✗ ", style="green bold" if ok else "red bold")
     head.append(result.status, style="bold")
     facts = []
-    if result.duration_ms is not None:
-        facts.append(_duration(result.duration_ms / 1000))
+    seconds = max((result.duration_ms or 0) / 1000, wall_s)
+    if result.duration_ms is not None or wall_s > 0:
+        facts.append(_duration(seconds))
     tools = result.tools
     if tools.started:
         failed = f", {tools.failed} failed" if tools.failed else ""
@@ -331,11 +370,13 @@ def render_result(result: FinalResult) -> RenderableType:
         rows.append(Text("files changed: " + ", ".join(result.files_changed), style="cyan"))
     for denial in result.permission_denials:
         rows.append(Text(f"permission denied: {denial.name} ({denial.tool_id})", style="yellow"))
-    if result.session_id:
+    if result.session_id and resumable:
         session = Text("session ", style="dim")
         session.append(result.session_id, style="bold")
         rows.append(session)
-        rows.append(Text(f"resume: codelegate run --resume {result.session_id} TASK", style="dim"))
+        if cwd is not None:
+            hint = f"codelegate run --cwd {shlex.quote(cwd)} --resume {result.session_id} TASK"
+            rows.append(Text(f"resume: {hint}", style="dim"))
     return Group(*rows)
 
 

@@ -81,7 +81,17 @@ class Renderer:
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.stop()
+            self._live.stop()  # transient: the live region goes...
+        if self.json_out is None:
+            # ...and what was still open stays on screen as it stood (Ctrl-C in watch, a lost
+            # daemon); without a terminal, this is the only time open cards are printed at all.
+            boards = (
+                self.board.boards.values() if isinstance(self.board, MultiBoard) else [self.board]
+            )
+            for board in boards:
+                cards = board.open_cards()
+                if cards is not None:
+                    self.console.print(cards)
 
     def line(self, raw: bytes, frame: Frame | None) -> None:
         """One NDJSON line from the daemon, and the frame in it when this client knows its type."""
@@ -179,12 +189,25 @@ async def follow(
 async def follow_all(
     http: aiohttp.ClientSession, sink: Callable[[bytes, Frame | None], None]
 ) -> None:
-    """Every run's frames over the WebSocket, until the daemon closes it."""
+    """Every run's frames over the WebSocket; DaemonError when the daemon closes it."""
     async with http.ws_connect(f"{BASE}/v1/ws", params={"run": "*"}) as ws:
         async for message in ws:
             if message.type == aiohttp.WSMsgType.TEXT:
                 raw = message.data.encode()
                 sink(raw, _decode(raw))
+        # Only the daemon ends this stream (watching ends with Ctrl-C): it stopped or dropped us.
+        code = ws.close_code
+        why = "it is stopping" if code == aiohttp.WSCloseCode.GOING_AWAY else f"code {code}"
+        raise DaemonError(0, "daemon_gone", f"the daemon closed the stream ({why})")
+
+
+async def run_state(http: aiohttp.ClientSession, run_id: str) -> dict[str, Any]:
+    """``GET /v1/runs/{id}``: the run's cwd and start, for the board."""
+    async with http.get(f"{BASE}/v1/runs/{run_id}") as response:
+        if response.status != 200:
+            raise await _error_of(response)
+        state: dict[str, Any] = await response.json()
+        return state
 
 
 def _decode(raw: bytes) -> Frame | None:
@@ -214,6 +237,9 @@ async def run_async(
         body["resume"] = args.resume
     if args.model:
         body["model"] = args.model
+    if isinstance(renderer.board, Board):
+        renderer.board.cwd = args.cwd
+        renderer.board.started = time.time()  # the run's clock starts now, not at its first line
     async with _session(args.socket) as http:
         try:
             run_id = await start_run(http, body)
@@ -253,6 +279,11 @@ async def watch_async(
     """``codelegate watch``: follow one run to its end, or every run until Ctrl-C."""
     stop = interrupt if interrupt is not None else _interrupts(asyncio.get_running_loop())
     async with _session(args.socket) as http:
+        if args.run and isinstance(renderer.board, Board):
+            state = await run_state(http, args.run)
+            renderer.board.cwd = str(state.get("cwd") or "") or None
+            created = state.get("created_at")
+            renderer.board.started = float(created) if isinstance(created, int | float) else None
         with renderer:
             job: asyncio.Future[RunResult | None] = asyncio.ensure_future(
                 follow(http, args.run, renderer.line)
@@ -306,7 +337,7 @@ def _main(command: str, argv: list[str]) -> int:
         return asyncio.run(job(args, renderer))
     except DaemonError as exc:
         console.print(f"codelegate {command}: {exc}", style="red", markup=False)
-        return EXIT_RUN_FAILED
+        return EXIT_UNREACHABLE if exc.code == "daemon_gone" else EXIT_RUN_FAILED
     except aiohttp.ClientConnectionError as exc:
         console.print(
             f"codelegate {command}: cannot reach the daemon at {args.socket} ({exc})",

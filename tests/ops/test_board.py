@@ -44,7 +44,7 @@ def test_live_view_nests_subagent_cards_with_spinners_and_elapsed_time() -> None
 
 
 def test_settled_output_reads_like_a_transcript() -> None:
-    out = _feed_all(Board(), subagent_run())
+    out = _feed_all(Board(cwd="/srv/my ws"), subagent_run())
     assert out.splitlines() == [
         "I'll look around first.",
         "✓ Explore the parser  2.8s  · 1 tools",
@@ -61,7 +61,7 @@ def test_settled_output_reads_like_a_transcript() -> None:
         "files changed: src/parser.py",
         "permission denied: Bash (claude:b1)",
         f"session {SESSION}",
-        f"resume: codelegate run --resume {SESSION} TASK",
+        f"resume: codelegate run --cwd '/srv/my ws' --resume {SESSION} TASK",
     ]
 
 
@@ -96,7 +96,7 @@ def test_failed_run_and_open_cards_at_the_end() -> None:
     end = _text(*board.feed(s.result(65, status="timeout", error="run timed out", exit_code=143)))
     lines = end.splitlines()
     assert lines[0] == "… Run: sleep 100  0.0s"
-    assert lines[2] == "✗ timeout  exit 143"
+    assert lines[2] == "✗ timeout  1m05s · exit 143"  # the CLI said no duration: the clock's
     assert lines[3] == "run timed out"
     assert "Claude Code is working" not in _text(board.live(T0 + 70))
 
@@ -208,3 +208,43 @@ def test_stripping_keeps_newlines_tabs_and_ordinary_unicode() -> None:
     assert strip_controls(text) == text
     assert strip_controls("a\x1b]52;c;unterminated") == "a"
     assert strip_controls("a\x1b[1;31mb\x1b") == "ab"
+
+
+def test_resume_hint_names_the_workspace_and_only_follows_a_real_session() -> None:
+    s = Script()
+    refused_early = s.result(0.5, status="failed", error="claude: not found")
+    out = _feed_all(Board(cwd="/srv/ws"), [refused_early])
+    assert "resume" not in out  # the CLI never started: there is no session to resume
+    assert SESSION not in out
+    s = Script()
+    spoke = [s.say("Looking.", 0.2), s.result(0.5, status="cancelled")]
+    out = _feed_all(Board(cwd="/srv/ws"), spoke)
+    assert f"resume: codelegate run --cwd /srv/ws --resume {SESSION} TASK" in out
+    assert "resume:" not in _feed_all(Board(), spoke)  # the workspace unknown: no hint to paste
+
+
+def test_a_run_lasts_until_its_background_subagents_end_and_counts_from_its_start() -> None:
+    s = Script()
+    board = Board(started=T0 - 3)  # posted 3 s before the CLI's first line
+    assert _text(board.live(T0 - 1)).strip().endswith("Claude Code is working  2.0s")
+    frames = [
+        s.call("claude:t", "Task", "Background agent", 0),
+        s.done("claude:t", "Task", 0.5, 500),  # the Task returns at once: it runs in background
+        s.result(10.0, duration_ms=1600),  # the CLI's own duration ends with its main loop
+    ]
+    out = _feed_all(board, frames)
+    assert "✓ completed  13.0s" in out
+    assert "✓ completed  1.6s" not in out
+    late = Board()  # nothing known yet: the timer starts when the client first draws
+    late.live(T0)
+    assert _text(late.live(T0 + 2.5)).strip().endswith("working  2.5s")
+
+
+def test_open_cards_stay_as_they_stand_when_the_client_leaves() -> None:
+    s = Script()
+    board = Board()
+    assert board.open_cards() is None
+    board.feed(s.call("claude:b", "Bash", "Run: make test", 0))
+    left = board.open_cards()
+    assert left is not None
+    assert _text(left).strip() == "… Run: make test  0.0s"
