@@ -25,7 +25,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from daemon.board import Board, CleanConsole, MultiBoard
-from daemon.tool import socket_path
+from daemon.tool import socket_path, unreachable
 from translator.frames import Frame, RunResult, decode_frame
 
 BASE: Final = "http://codelegate"  # the host is a placeholder: the connector picks the socket
@@ -339,11 +339,8 @@ def _main(command: str, argv: list[str]) -> int:
         console.print(f"codelegate {command}: {exc}", style="red", markup=False)
         return EXIT_UNREACHABLE if exc.code == "daemon_gone" else EXIT_RUN_FAILED
     except aiohttp.ClientConnectionError as exc:
-        console.print(
-            f"codelegate {command}: cannot reach the daemon at {args.socket} ({exc})",
-            style="red",
-            markup=False,
-        )
+        cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+        console.print(f"codelegate {command}: {unreachable(cause, args.socket)}", style="red")
         return EXIT_UNREACHABLE
     except aiohttp.ClientError as exc:  # e.g. the WebSocket handshake was refused
         console.print(f"codelegate {command}: {exc}", style="red", markup=False)
