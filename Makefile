@@ -25,7 +25,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.serve: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.serve
@@ -43,10 +43,14 @@ $(CLAUDE_BIN):
 # the socket and store in ~/.local/state/codelegate (outside any workspace) into a config there,
 # which `codelegate serve`, `doctor`, `run` and `watch` all find without flags. A `claude`
 # already on PATH is used; otherwise the pinned one is installed. CONFIG= serves that file.
-run: setup-serve
-	@if [ -n "$(CONFIG)" ]; then exec $(BIN)/codelegate serve --config "$(CONFIG)"; fi; \
+# The venv and the CLI download run side by side (-j2): together they are most of a first run.
+run:
+	@if [ -n "$(CONFIG)" ]; then $(MAKE) --no-print-directory setup-serve && \
+		exec $(BIN)/codelegate serve --config "$(CONFIG)"; fi; \
 	if command -v claude >/dev/null 2>&1; then cli=$$(command -v claude); \
-	else $(MAKE) --no-print-directory $(CLAUDE_BIN) >&2 && cli=$(CURDIR)/$(CLAUDE_BIN); fi; \
+		$(MAKE) --no-print-directory setup-serve || exit 1; \
+	else $(MAKE) --no-print-directory -j2 setup-serve $(CLAUDE_BIN) >&2 || exit 1; \
+		cli=$(CURDIR)/$(CLAUDE_BIN); fi; \
 	$(BIN)/codelegate dev-config --workspace "$(WORKSPACE)" --claude "$$cli" >/dev/null && \
 	exec $(BIN)/codelegate serve
 
