@@ -165,3 +165,13 @@ async def test_the_quick_start_and_the_curl_examples_run_as_written(
         if served.stdout is not None:
             served.stdout.close()
     assert code in (0, -signal.SIGTERM, 128 + signal.SIGTERM), "".join(log)
+
+
+def test_the_config_reference_is_the_tested_example_and_one_cli_path_is_given() -> None:
+    [reference] = re.findall(r"^```toml\n(.*?)^```", section("Configuration"), re.M | re.S)
+    assert reference == (ROOT / "tests" / "policy" / "example_config.toml").read_text()
+    # A host install puts the CLI in one place; README, example config and steps agree on it.
+    host = "/opt/codelegate/claude/node_modules/.bin/claude"
+    text = README.read_text() + (ROOT / "systemd" / "config.toml.example").read_text()
+    named = set(re.findall(r"/opt/[\w/.-]*claude\b(?!/)", text)) - {"/opt/codelegate/claude"}
+    assert named == {host}
