@@ -4,7 +4,7 @@
 (daemon/board.py does the drawing); Ctrl-C cancels the run and exits 130. ``watch RUN`` follows
 a run already started; ``watch --all`` follows every run over the WebSocket. ``--json`` prints
 the frames themselves, one per line. The daemon is found through ``--socket``, else
-``$CODELEGATE_SOCKET``, else ``var/codelegate.sock``.
+``$CODELEGATE_SOCKET``, else the socket ``make run`` serves (``daemon.tool.state_dir()``).
 """
 
 from __future__ import annotations
