@@ -28,10 +28,10 @@ setup: $(VENV)/.installed
 # host pip that can, the venv gets its own.
 PIP_FLAGS := --quiet --disable-pip-version-check -c constraints.txt
 $(VENV)/.serve: pyproject.toml constraints.txt
-	@if $(PYTHON) -m pip --python $(PYTHON) --version >/dev/null 2>&1; then \
-		set -x; $(PYTHON) -m venv --without-pip $(VENV) && \
+	$(PYTHON) -m venv --without-pip $(VENV)
+	@if $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1; then set -x; \
 		$(PYTHON) -m pip --python $(BIN)/python install $(PIP_FLAGS) --no-compile -e .; \
-	else set -x; $(PYTHON) -m venv $(VENV) && \
+	else set -x; $(BIN)/python -m ensurepip --default-pip >/dev/null && \
 		$(BIN)/pip install $(PIP_FLAGS) --no-compile -e .; fi
 	touch $@
 
