@@ -34,6 +34,7 @@ from daemon.app import METRICS, STATE, create_app, manager_of
 from daemon.listeners import GatedSite
 from daemon.supervisor import become_subreaper
 from daemon.tasks import spawn
+from policy.checks import token_problem
 from policy.config import Config, ServerConfig, socket_mode_bits
 
 _log = structlog.get_logger("codelegate.server")
@@ -179,8 +180,9 @@ def read_token(path: str) -> bytes:
             token = fh.read().strip()
     except OSError as exc:
         raise ServerError(f"cannot read server.token_file: {exc}") from exc
-    if len(token) < 16:
-        raise ServerError("server.token_file must hold a token of at least 16 bytes")
+    problem = token_problem(token)  # the same check doctor makes
+    if problem:
+        raise ServerError(problem)
     return token
 
 

@@ -13,6 +13,8 @@ as ``parent``, so the daemon's frames nest under the delegated call in O Chat.
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import http.client
 import json
 import os
@@ -24,7 +26,6 @@ from typing import Any, Final, Literal
 
 Mode = Literal["safe", "accept_edits", "plan", "auto"]
 
-DEFAULT_SOCKET: Final = "var/codelegate.sock"
 SOCKET_ENV: Final = "CODELEGATE_SOCKET"
 RUN_ID_HEADER: Final = "X-Codelegate-Run-Id"
 _CONNECT_TIMEOUT_S: Final = 10.0
@@ -55,9 +56,20 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+def state_dir() -> str:
+    """Where development defaults (``make run``) keep the daemon's socket, store and config.
+
+    ``$XDG_STATE_HOME/codelegate``, else ``~/.local/state/codelegate``: the same folder from any
+    directory, and outside any workspace one would delegate into. The one owner of this rule:
+    ``codelegate serve``/``doctor``/``run``/``watch`` and this tool all ask here.
+    """
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local/state")
+    return os.path.join(os.path.abspath(base), "codelegate")
+
+
 def socket_path(explicit: str = "") -> str:
     """The daemon's socket: an explicit path, else ``$CODELEGATE_SOCKET``, else the dev default."""
-    return explicit or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+    return explicit or os.environ.get(SOCKET_ENV) or os.path.join(state_dir(), "codelegate.sock")
 
 
 def claude_code(
@@ -151,7 +163,7 @@ def call_run(
             _post_cancel(path, run_id)
         raise
     except (OSError, http.client.HTTPException) as exc:
-        return _error_result("failed", "daemon_unreachable", f"{type(exc).__name__}: {exc}", path)
+        return _error_result("failed", "daemon_unreachable", unreachable(exc, path))
     finally:
         conn.close()
 
@@ -215,7 +227,7 @@ def _stopped(
     if response is not None:
         response.close()
     conn.close()
-    result = _error_result("cancelled", "cancelled", "the calling agent stopped the run", None)
+    result = _error_result("cancelled", "cancelled", "the calling agent stopped the run")
     result["run_id"] = run_id or None
     return result
 
@@ -245,16 +257,35 @@ def _decode_answer(status: int, raw: bytes) -> dict[str, Any]:
         message = str(error.get("message", ""))
     else:
         code, message = "http_error", f"unexpected answer from the daemon (HTTP {status})"
-    result = _error_result("refused" if status in _REFUSED else "failed", code, message, None)
+    result = _error_result("refused" if status in _REFUSED else "failed", code, message)
     result["http_status"] = status
     return result
 
 
-def _error_result(status: str, code: str, message: str, path: str | None) -> dict[str, Any]:
+def unreachable(exc: BaseException, path: str) -> str:
+    """Why the daemon's socket could not be used, and what to do (the terminal client says it
+    the same way). Permission is not absence: a caller outside the socket's group must hear
+    that, not "is codelegate serving?"."""
+    if isinstance(exc, PermissionError):
+        group = ""
+        with contextlib.suppress(OSError, KeyError):  # its folder may be closed to us too
+            group = f" (group {grp.getgrgid(os.stat(path).st_gid).gr_name})"
+        return (
+            f"permission denied on {path}: uid {os.getuid()} may not use the daemon's socket; "
+            f"the operator adds this user to the socket's group{group} and to [server] "
+            "allowed_gids, restarts codelegate, and the user logs in again (README, Access)"
+        )
+    if isinstance(exc, FileNotFoundError | ConnectionRefusedError):
+        return (
+            f"no daemon on {path}: is codelegate serving? "
+            f"(make run, or set {SOCKET_ENV} to the socket it serves)"
+        )
+    return f"{type(exc).__name__}: {exc} (socket {path}; set {SOCKET_ENV} to choose another)"
+
+
+def _error_result(status: str, code: str, message: str) -> dict[str, Any]:
     """A result dict of the usual shape for a run that never produced one."""
     text = f"{code}: {message}"
-    if path is not None and code == "daemon_unreachable":
-        text += f" (is codelegate serving on {path}? set {SOCKET_ENV})"
     return {
         "provider": "claude_code",
         "run_id": None,

@@ -7,10 +7,21 @@ Pure like the rest of policy: the filesystem comes in as callables, so the daemo
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import msgspec
 
 from policy.config import Config
+
+# Shorter bearer tokens are guessable; `serve` refuses them and `doctor` says so first.
+MIN_TOKEN_BYTES: Final = 16
+
+
+def token_problem(token: bytes) -> str | None:
+    """Why the TCP bearer token (its file's bytes, whitespace around dropped) is refused."""
+    if len(token.strip()) < MIN_TOKEN_BYTES:
+        return f"server.token_file must hold a token of at least {MIN_TOKEN_BYTES} bytes"
+    return None
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):

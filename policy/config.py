@@ -289,12 +289,24 @@ def parse_tcp(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def development_config(cwd: str, claude_path: str) -> Config:
-    """Defaults for ``codelegate serve`` without a config: state under ``cwd/var``, cwd the root."""
+def development_config(cwd: str, claude_path: str, state_dir: str | None = None) -> Config:
+    """Defaults for ``codelegate serve`` without a config: cwd the root, state in ``state_dir``.
+
+    Without ``state_dir`` the state goes under ``cwd/var`` (what test fixtures use). A given
+    ``state_dir`` must lie outside the root: a run may read and write anything in its workspace,
+    and the store holds every run's frames.
+    """
     if not cwd.startswith("/"):
         raise ValueError("development_config needs an absolute cwd")
     root = "/" + posixpath.normpath(cwd).lstrip("/")
-    var = posixpath.join(root, "var")
+    var = posixpath.join(root, "var") if state_dir is None else posixpath.normpath(state_dir)
+    if state_dir is not None and (var + "/").startswith(root.rstrip("/") + "/"):
+        raise ConfigError(
+            "development defaults",
+            "policy.workspaces",
+            f"the workspace {root} holds the daemon's state ({var}); "
+            "work in a folder below it, or move the state with XDG_STATE_HOME",
+        )
     config = Config(
         server=ServerConfig(socket=posixpath.join(var, "codelegate.sock")),
         claude=ClaudeConfig(path=claude_path),

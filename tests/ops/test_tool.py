@@ -177,9 +177,13 @@ def test_unreachable_daemon_is_a_failure(short_dir: Path) -> None:
     assert "CODELEGATE_SOCKET" in result["error"]
 
 
-def test_socket_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_socket_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("CODELEGATE_SOCKET", raising=False)
-    assert tool.socket_path() == "var/codelegate.sock"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert tool.socket_path() == str(tmp_path / "codelegate" / "codelegate.sock")
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert tool.socket_path() == str(tmp_path / ".local/state/codelegate/codelegate.sock")
     monkeypatch.setenv("CODELEGATE_SOCKET", "/run/codelegate/codelegate.sock")
     assert tool.socket_path() == "/run/codelegate/codelegate.sock"
     assert tool.socket_path("/x.sock") == "/x.sock"

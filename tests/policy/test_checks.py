@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from policy.checks import Problem, check_environment
+import secrets
+
+from policy.checks import MIN_TOKEN_BYTES, Problem, check_environment, token_problem
 from tests.policy.conftest import make_config
 
 CONFIG = make_config(
@@ -68,3 +70,11 @@ def test_the_sandbox_programs_are_checked_only_when_the_sandbox_is_on() -> None:
             == []
         )
     assert check_environment(SANDBOXED, isdir=lambda p: True, is_executable=lambda p: True) == []
+
+
+def test_a_bearer_token_needs_sixteen_bytes_whitespace_aside() -> None:
+    token = secrets.token_hex(MIN_TOKEN_BYTES)[:MIN_TOKEN_BYTES].encode()
+    assert token_problem(token + b"\n") is None
+    problem = token_problem(b"  " + token[:-1] + b"\n")
+    assert problem is not None
+    assert "at least 16 bytes" in problem

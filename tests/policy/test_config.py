@@ -313,6 +313,17 @@ def test_development_config() -> None:
     assert config.policy.default_mode == "safe"
 
 
+def test_development_config_keeps_its_state_where_it_is_told_outside_the_root() -> None:
+    config = development_config("/home/dev/proj", "claude", "/home/dev/.local/state/codelegate")
+    assert config.server.socket == "/home/dev/.local/state/codelegate/codelegate.sock"
+    assert config.store.path == "/home/dev/.local/state/codelegate/codelegate.db"
+    for root in ("/home/dev", "/home/dev/.local/state/codelegate"):
+        with pytest.raises(ConfigError, match="holds the daemon's state"):
+            development_config(root, "claude", "/home/dev/.local/state/codelegate")
+    # A sibling whose name starts like the root is not inside it.
+    assert development_config("/home/dev/st", "claude", "/home/dev/state").policy.workspaces
+
+
 def test_development_config_needs_an_absolute_cwd() -> None:
     with pytest.raises(ValueError, match="absolute"):
         development_config("proj", "claude")
