@@ -1,0 +1,451 @@
+"""Frames on Redis Streams: one backend follows a fleet of daemons (DESIGN "Beyond one host").
+
+Keys. Every frame of a run goes to the stream ``<prefix>:run:<run_id>`` under the entry id
+``<seq>-0`` with one field, ``frame`` = the frame's JSON (the bytes of the NDJSON replay). So
+``XREAD … STREAMS <key> <after>-0`` is exactly ``after=``, the entries are gapless, and Redis
+refuses a frame published twice (an id must exceed the stream's top): publishing is idempotent.
+A run's first and last frames also add an entry to ``<prefix>:runs``, the fleet's index
+(``run_id``, ``host_id``, ``status`` — ``running`` at the start, the final status at the end —
+and ``invocationId`` when the run has one), trimmed to about ``maxlen_runs`` runs.
+
+Theory of operation. The :class:`Publisher` follows every run through the hub like a subscriber
+whose sink always takes what it is handed (so the hub never waits for it nor drops it): each
+write-out appends the frames, already encoded, to one bounded backlog, in a few list operations
+and without awaiting. One worker task drains the backlog in pipelines of up to :data:`CHUNK`
+commands over redis-py's asyncio client. A run never waits for Redis, and Redis never holds up a
+subscriber: the only cost on the hot path is that append.
+
+The store is the source of truth. When the backlog is full, when Redis is stopped, slow (a
+socket timeout) or gone, or when a run's frames do not follow on from what was queued, the run
+is marked *behind* and its live frames are no longer queued. Once Redis answers again, the
+worker catches each behind run up: it asks Redis for the stream's last id (``XREVRANGE … COUNT
+1``) and publishes what follows out of the store (``RunStore.frames_after`` also sees frames not
+yet written), until the store has nothing more; in that same step, with no await in between,
+the run's live frames are queued again. Nothing is lost, and a frame sent twice (a pipeline cut
+short, a frame both read from the store and handed out live) is refused by Redis, not doubled.
+At start-up the worker compares the newest ``maxlen_runs`` runs of the store with their streams
+and catches up those that are behind (a daemon that stopped before Redis had everything). At
+shutdown it catches up what it can within a short grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import msgspec
+import structlog
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames
+from daemon.store import RunStore, StoreError
+from daemon.tasks import spawn
+from policy.config import FanoutConfig, fanout_host_id, redacted_url
+
+_log = structlog.get_logger("codelegate.fanout")
+
+BACKLOG_MAX: Final = 200_000  # frames queued for Redis; beyond it runs are filled from the store
+CHUNK: Final = 1000  # commands per pipeline
+SOCKET_TIMEOUT_S: Final = 5.0  # a Redis that does not answer this long counts as gone
+RETRY_MIN_S: Final = 0.05  # backoff between attempts while Redis is unreachable
+RETRY_MAX_S: Final = 2.0
+CLOSE_GRACE_S: Final = 5.0  # at shutdown, how long the last frames may take to reach Redis
+
+# Redis's answer to an XADD whose id is not above the stream's top: the frame is there already.
+_DUPLICATE: Final = "equal or smaller than the target stream top item"
+
+
+class _Head(msgspec.Struct):
+    """What the index needs of a frame (``result`` is a text in tool_result frames)."""
+
+    type: str = ""
+    invocationId: str | None = None
+    result: Any = None
+
+
+_head: Final = msgspec.json.Decoder(_Head)
+
+
+class FanoutStats:
+    """Counters for ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.published = 0  # frame entries Redis accepted
+        self.duplicates = 0  # frame entries Redis refused as already there
+        self.failed = 0  # frame entries not published (Redis gone or erring): filled in later
+        self.deferred = 0  # frames not queued (backlog full or run behind): sent from the store
+        self.index_entries = 0
+        self.inflight = 0
+        self.backlog = 0
+
+    @property
+    def pending(self) -> int:
+        """Frames queued or being sent."""
+        return self.backlog + self.inflight
+
+
+class _Lost(Exception):
+    """Redis answered a frame with an error other than "already there": try again later."""
+
+
+def stream_key(prefix: str, run_id: str) -> str:
+    """The stream of one run's frames."""
+    return f"{prefix}:run:{run_id}"
+
+
+def index_key(prefix: str) -> str:
+    """The fleet's index of run starts and ends."""
+    return f"{prefix}:runs"
+
+
+def seq_of(entry_id: bytes | str) -> int:
+    """The frame seq an entry id carries (``b"12-0"`` → 12)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.partition("-")[0])
+
+
+def connect(fanout: FanoutConfig, *, socket_timeout: float | None = None) -> Redis:
+    """An asyncio client for ``fanout.redis_url`` that fails fast (the publisher retries)."""
+    timeout = SOCKET_TIMEOUT_S if socket_timeout is None else socket_timeout
+    return Redis.from_url(
+        fanout.redis_url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
+
+
+class Publisher:
+    """Publishes every frame the hub hands out to Redis Streams; see the module docstring."""
+
+    def __init__(
+        self,
+        client: Redis,
+        store: RunStore,
+        *,
+        prefix: str,
+        host_id: str,
+        maxlen_runs: int,
+        max_backlog: int | None = None,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self.prefix = prefix
+        self.host_id = host_id
+        self._maxlen_runs = maxlen_runs
+        self._max_backlog = BACKLOG_MAX if max_backlog is None else max_backlog
+        self._index = index_key(prefix)
+        self.stats = FanoutStats()
+        self.connected = False
+        # The hub's view of us: a follower of every run whose sink takes everything at once.
+        self.subscriber = Subscriber(max_queue=1 << 62, name="fanout")
+        self.subscriber.sink = self
+        self._backlog: deque[Delivery] = deque()
+        # Per run: the highest seq queued or published (live frames must follow on from it).
+        self._queued: dict[str, int] = {}
+        # Runs whose stream may lack frames the store has (insertion-ordered set).
+        self._behind: dict[str, None] = {}
+        self._owed: list[tuple[Any, ...]] = []  # index entries (XADD arguments) to send next
+        self._scanned = False
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def runs_behind(self) -> int:
+        """Runs whose stream is being (or waits to be) filled from the store."""
+        return len(self._behind)
+
+    # -- the hub's side (never awaits) -----------------------------------------------------
+
+    def ready(self) -> bool:
+        """Always: taking frames is an append to the backlog."""
+        return True
+
+    def write(self, items: list[Item]) -> None:
+        """Frames the hub queued for us (not expected: we take every batch at once)."""
+        self._take(frames(items))
+
+    def write_batch(self, batch: Batch) -> bool:
+        """Take one write-out's frames of a run."""
+        self._take(batch.deliveries)
+        return True
+
+    def _take(self, deliveries: Iterable[Delivery]) -> None:
+        backlog, queued, behind = self._backlog, self._queued, self._behind
+        taken = False
+        for d in deliveries:
+            run_id = d.run_id
+            if run_id in behind:
+                self.stats.deferred += 1
+                continue
+            last = queued.get(run_id, 0)
+            if d.seq <= last:
+                continue  # queued already (handed out again after a catch-up read it)
+            if d.seq != last + 1 or len(backlog) >= self._max_backlog:
+                self._mark_behind(run_id)
+                self.stats.deferred += 1
+                continue
+            backlog.append(d)
+            queued[run_id] = d.seq
+            taken = True
+        if taken:
+            self.stats.backlog = len(backlog)
+            self._idle.clear()
+            self._wake.set()
+
+    def _mark_behind(self, run_id: str) -> None:
+        self._behind[run_id] = None
+        self._idle.clear()
+        self._wake.set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, hub: Hub) -> None:
+        """Follow every run through ``hub`` and start the worker."""
+        hub.follow_all(self.subscriber, (), 0)
+        self._task = spawn(self._work(), name="fanout")
+
+    async def settled(self) -> None:
+        """Wait until Redis holds every frame seen so far (for tests and shutdown)."""
+        await self._idle.wait()
+
+    async def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Publish what can be published within ``grace_s``, then stop and disconnect.
+
+        The hub closed our subscriber before the runs were wound down, so each run not yet
+        complete in Redis is caught up from the store (when Redis answers at all).
+        """
+        for run_id in list(self._queued):
+            self._mark_behind(run_id)
+        if self.connected and grace_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_s):
+                    await self.settled()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(RedisError, OSError):
+            await self._client.aclose()
+
+    # -- the worker ------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        delay = RETRY_MIN_S
+        while True:
+            try:
+                if not self._scanned:
+                    await self._scan()
+                    self._scanned = True
+                elif self._backlog or self._owed:
+                    await self._send_backlog()
+                elif self._behind:
+                    await self._catch_up(next(iter(self._behind)))
+                else:
+                    self._idle.set()
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+            except (RedisError, OSError, _Lost) as exc:
+                if self.connected or delay == RETRY_MIN_S:
+                    _log.warning("fanout_unavailable", error=str(exc)[:200])
+                self.connected = False
+                self._lost()
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            except StoreError as exc:
+                _log.error("fanout_store_read_failed", error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            except Exception as exc:  # a bug here must not end publishing for good
+                _log.exception("fanout_failed", error=repr(exc))
+                self._lost()
+                await asyncio.sleep(RETRY_MAX_S)
+                continue
+            if not self.connected:
+                self.connected = True
+                _log.info("fanout_connected")
+            delay = RETRY_MIN_S
+
+    def _lost(self) -> None:
+        """Redis is unreachable: what is queued is left to the store, its runs marked behind."""
+        for d in self._backlog:
+            self._behind[d.run_id] = None
+        self.stats.failed += len(self._backlog)
+        self._backlog.clear()
+        self.stats.backlog = 0
+
+    async def _send_backlog(self) -> None:
+        backlog = self._backlog
+        n = min(CHUNK, len(backlog))
+        chunk = [backlog.popleft() for _ in range(n)]
+        self.stats.backlog = len(backlog)
+        try:
+            await self._send(chunk)
+        except (RedisError, OSError):
+            for d in chunk:
+                self._behind[d.run_id] = None
+            raise
+
+    async def _send(self, chunk: Sequence[Delivery]) -> None:
+        """XADD ``chunk`` and the index entries owed in one pipeline; account for each answer.
+
+        A run's index entries go out only once Redis has accepted its first (or last) frame,
+        in the next pipeline: a frame sent twice is refused, and so adds no second entry.
+        """
+        pipe = self._client.pipeline(transaction=False)
+        owed, self._owed = self._owed, []
+        for args in owed:
+            pipe.execute_command(*args)
+        prefix = self.prefix
+        for d in chunk:
+            pipe.execute_command("XADD", f"{prefix}:run:{d.run_id}", f"{d.seq}-0", "frame", d.data)
+        self.stats.inflight = len(chunk)
+        try:
+            answers = await pipe.execute(raise_on_error=False)
+        except BaseException:
+            self.stats.failed += len(chunk)
+            self._owed[:0] = owed
+            raise
+        finally:
+            self.stats.inflight = 0
+        for args, answer in zip(owed, answers, strict=False):
+            if isinstance(answer, Exception):
+                _log.warning("fanout_index_failed", error=str(answer)[:200])
+                self._owed.append(args)  # tried again with the next pipeline
+            else:
+                self.stats.index_entries += 1
+        lost = None
+        for d, answer in zip(chunk, answers[len(owed) :], strict=True):
+            if not isinstance(answer, Exception):
+                self.stats.published += 1
+                if d.seq == 1 or d.last:
+                    self._owed.extend(self._index_entries(d))
+                if d.last:
+                    self._forget(d.run_id, d.seq)
+            elif _DUPLICATE in str(answer):
+                self.stats.duplicates += 1
+                if d.last:
+                    self._forget(d.run_id, d.seq)
+            else:
+                self.stats.failed += 1
+                self._behind[d.run_id] = None
+                lost = answer
+        if lost is not None:
+            raise _Lost(str(lost))
+
+    def _forget(self, run_id: str, seq: int) -> None:
+        """The run's last frame is in Redis: nothing more will come for it."""
+        if self._queued.get(run_id) == seq and run_id not in self._behind:
+            del self._queued[run_id]
+
+    def _index_entries(self, d: Delivery) -> list[tuple[Any, ...]]:
+        head = _head.decode(d.data)
+        fields: list[Any] = ["run_id", d.run_id, "host_id", self.host_id]
+        if head.invocationId is not None:
+            fields += ["invocationId", head.invocationId]
+        trim = ("XADD", self._index, "MAXLEN", "~", 2 * self._maxlen_runs, "*")
+        entries = []
+        if d.seq == 1:
+            entries.append((*trim, *fields, "status", "running"))
+        if d.last:
+            result = head.result if isinstance(head.result, dict) else {}
+            entries.append((*trim, *fields, "status", str(result.get("status") or "failed")))
+        return entries
+
+    async def _top(self, run_id: str) -> tuple[int, bool]:
+        """The last seq Redis holds for the run, and whether it is the run's last frame."""
+        entries = await self._client.xrevrange(stream_key(self.prefix, run_id), "+", "-", count=1)
+        if not entries:
+            return 0, False
+        entry_id, fields = entries[0]
+        frame = (fields or {}).get(b"frame") or b"{}"
+        return seq_of(entry_id or b"0"), _head.decode(frame).type == "run_result"
+
+    async def _catch_up(self, run_id: str) -> None:
+        """Fill the run's stream from the store, from the last id Redis holds."""
+        top, ended = await self._top(run_id)
+        while True:
+            stored = await self._store.frames_after(run_id, top)
+            if not stored:
+                # No await since the store answered: from here on live frames follow on.
+                del self._behind[run_id]
+                if ended:
+                    self._queued.pop(run_id, None)
+                else:
+                    self._queued[run_id] = top
+                return
+            for start in range(0, len(stored), CHUNK):
+                page = stored[start : start + CHUNK]
+                chunk = [Delivery(run_id, top + 1 + i, data) for i, data in enumerate(page)]
+                final = chunk[-1]
+                ended = _head.decode(final.data).type == "run_result"
+                if ended:
+                    chunk[-1] = Delivery(run_id, final.seq, final.data, True)
+                await self._send(chunk)
+                top += len(page)
+
+    async def _scan(self) -> None:
+        """At start-up: mark behind the newest runs of the store whose stream lacks frames."""
+        records = await self._store.list_runs(self._maxlen_runs)
+        for start in range(0, len(records), CHUNK):
+            page = records[start : start + CHUNK]
+            pipe = self._client.pipeline(transaction=False)
+            for rec in page:
+                pipe.xrevrange(stream_key(self.prefix, rec.run_id), "+", "-", count=1)
+            answers = await pipe.execute()
+            for rec, entries in zip(page, answers, strict=True):
+                top = seq_of(entries[0][0]) if entries else 0
+                if rec.last_seq > top:
+                    self._behind[rec.run_id] = None
+        if self._behind:
+            _log.info("fanout_catching_up", runs=len(self._behind))
+
+
+def start_publisher(fanout: FanoutConfig | None, store: RunStore, hub: Hub) -> Publisher | None:
+    """Start publishing when ``[fanout]`` is configured (the app's lifecycle calls this)."""
+    if fanout is None:
+        return None
+    host_id = fanout_host_id(fanout, socket.gethostname())
+    publisher = Publisher(
+        connect(fanout),
+        store,
+        prefix=fanout.stream_prefix,
+        host_id=host_id,
+        maxlen_runs=fanout.maxlen_runs,
+    )
+    publisher.start(hub)
+    _log.info("fanout_started", redis=redacted_url(fanout.redis_url), host_id=host_id)
+    return publisher
+
+
+def probe(fanout: FanoutConfig, timeout_s: float = 3.0) -> str:
+    """``codelegate doctor``: "" when Redis answers PING and XADD is known, else what failed."""
+
+    async def ping() -> str:
+        client = connect(fanout, socket_timeout=timeout_s)
+        try:
+            await client.ping()
+            info = await client.info("server")
+            version = str(info.get("redis_version", "0"))
+            if int(version.partition(".")[0]) < 5:
+                return f"Redis {version} has no streams (5.0 or later is needed)"
+            return ""
+        except (RedisError, OSError, ValueError) as exc:
+            return f"cannot reach Redis at {redacted_url(fanout.redis_url)}: {exc}"
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await client.aclose()
+
+    return asyncio.run(ping())
