@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -56,7 +57,12 @@ CHUNK: Final = 1000  # commands per pipeline
 SOCKET_TIMEOUT_S: Final = 5.0  # a Redis that does not answer this long counts as gone
 RETRY_MIN_S: Final = 0.05  # backoff between attempts while Redis is unreachable
 RETRY_MAX_S: Final = 2.0
-CLOSE_GRACE_S: Final = 5.0  # at shutdown, how long the last frames may take to reach Redis
+CLOSE_GRACE_S: Final = 5.0
+# An unsure index entry is looked for among the index entries added since it was sent, less this
+# margin for the clocks of this host and Redis (entry ids are Redis's milliseconds), at most this
+# many entries.
+UNSURE_MARGIN_MS: Final = 60_000
+UNSURE_SCAN: Final = 10_000  # at shutdown, how long the last frames may take to reach Redis
 
 # Redis's answer to an XADD whose id is not above the stream's top: the frame is there already.
 _DUPLICATE: Final = "equal or smaller than the target stream top item"
@@ -71,6 +77,15 @@ class _Head(msgspec.Struct):
 
 
 _head: Final = msgspec.json.Decoder(_Head)
+
+
+class _IndexEntry(msgspec.Struct, frozen=True):
+    """One run start or end for the index: its XADD arguments, and when it was last sent."""
+
+    run_id: str
+    status: str
+    args: tuple[Any, ...]
+    sent_ms: int = 0
 
 
 class FanoutStats:
@@ -153,7 +168,13 @@ class Publisher:
         self._queued: dict[str, int] = {}
         # Runs whose stream may lack frames the store has (insertion-ordered set).
         self._behind: dict[str, None] = {}
-        self._owed: list[tuple[Any, ...]] = []  # index entries (XADD arguments) to send next
+        self._owed: list[_IndexEntry] = []  # index entries to send with the next pipeline
+        # Index entries of a pipeline that failed midway: Redis may have added them (a stopped
+        # Redis runs what it had read once it resumes). Looked up before they are sent again.
+        self._unsure: list[_IndexEntry] = []
+        # Starts of live runs added since Redis last failed: a start owed again is not re-added
+        # (after a failure Redis may have come back empty, and then it is).
+        self._added: set[str] = set()
         self._scanned = False
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -246,7 +267,7 @@ class Publisher:
                 if not self._scanned:
                     await self._scan()
                     self._scanned = True
-                elif self._backlog or self._owed:
+                elif self._backlog or self._owed or self._unsure:
                     await self._send_backlog()
                 elif self._behind:
                     await self._catch_up(next(iter(self._behind)))
@@ -284,6 +305,7 @@ class Publisher:
             self._behind[d.run_id] = None
         self.stats.failed += len(self._backlog)
         self._backlog.clear()
+        self._added.clear()
         self.stats.backlog = 0
 
     async def _send_backlog(self) -> None:
@@ -304,10 +326,16 @@ class Publisher:
         A run's index entries go out only once Redis has accepted its first (or last) frame,
         in the next pipeline: a frame sent twice is refused, and so adds no second entry.
         """
+        if self._unsure:
+            try:
+                await self._resolve_unsure()
+            except BaseException:
+                self.stats.failed += len(chunk)
+                raise
         pipe = self._client.pipeline(transaction=False)
         owed, self._owed = self._owed, []
-        for args in owed:
-            pipe.execute_command(*args)
+        for entry in owed:
+            pipe.execute_command(*entry.args)
         prefix = self.prefix
         for d in chunk:
             pipe.execute_command("XADD", f"{prefix}:run:{d.run_id}", f"{d.seq}-0", "frame", d.data)
@@ -316,22 +344,27 @@ class Publisher:
             answers = await pipe.execute(raise_on_error=False)
         except BaseException:
             self.stats.failed += len(chunk)
-            self._owed[:0] = owed
+            sent_ms = int(time.time() * 1000)
+            self._unsure.extend(msgspec.structs.replace(e, sent_ms=sent_ms) for e in owed)
             raise
         finally:
             self.stats.inflight = 0
-        for args, answer in zip(owed, answers, strict=False):
+        for entry, answer in zip(owed, answers, strict=False):
             if isinstance(answer, Exception):
                 _log.warning("fanout_index_failed", error=str(answer)[:200])
-                self._owed.append(args)  # tried again with the next pipeline
+                self._owed.append(entry)  # tried again with the next pipeline
             else:
                 self.stats.index_entries += 1
+                if entry.status == "running":
+                    self._added.add(entry.run_id)
+                else:
+                    self._added.discard(entry.run_id)  # the run is over
         lost = None
         for d, answer in zip(chunk, answers[len(owed) :], strict=True):
             if not isinstance(answer, Exception):
                 self.stats.published += 1
                 if d.seq == 1 or d.last:
-                    self._owed.extend(self._index_entries(d))
+                    self._owe(self._index_entries(d))
                 if d.last:
                     self._forget(d.run_id, d.seq)
             elif _DUPLICATE in str(answer):
@@ -350,7 +383,7 @@ class Publisher:
         if self._queued.get(run_id) == seq and run_id not in self._behind:
             del self._queued[run_id]
 
-    def _index_entries(self, d: Delivery) -> list[tuple[Any, ...]]:
+    def _index_entries(self, d: Delivery) -> list[_IndexEntry]:
         head = _head.decode(d.data)
         fields: list[Any] = ["run_id", d.run_id, "host_id", self.host_id]
         if head.invocationId is not None:
@@ -358,11 +391,36 @@ class Publisher:
         trim = ("XADD", self._index, "MAXLEN", "~", 2 * self._maxlen_runs, "*")
         entries = []
         if d.seq == 1:
-            entries.append((*trim, *fields, "status", "running"))
+            entries.append(_IndexEntry(d.run_id, "running", (*trim, *fields, "status", "running")))
         if d.last:
             result = head.result if isinstance(head.result, dict) else {}
-            entries.append((*trim, *fields, "status", str(result.get("status") or "failed")))
+            status = str(result.get("status") or "failed")
+            entries.append(_IndexEntry(d.run_id, status, (*trim, *fields, "status", status)))
         return entries
+
+    async def _resolve_unsure(self) -> None:
+        """Send again only the index entries Redis does not have (one XRANGE of the index)."""
+        since = min(e.sent_ms for e in self._unsure) - UNSURE_MARGIN_MS
+        found = await self._client.xrange(
+            self._index, min=f"{max(0, since)}", max="+", count=UNSURE_SCAN
+        )
+        there = {
+            (fields.get(b"run_id"), fields.get(b"host_id"), fields.get(b"status"))
+            for _, fields in found or ()
+            if fields
+        }
+        host = self.host_id.encode()
+        unsure, self._unsure = self._unsure, []
+        self._owe(e for e in unsure if (e.run_id.encode(), host, e.status.encode()) not in there)
+
+    def _owe(self, entries: Iterable[_IndexEntry]) -> None:
+        """Queue index entries, once each (a stream refilled from seq 1 owes its start again)."""
+        known = {(e.run_id, e.status) for e in (*self._owed, *self._unsure)}
+        known.update((run_id, "running") for run_id in self._added)
+        for entry in entries:
+            if (entry.run_id, entry.status) not in known:
+                self._owed.append(entry)
+                known.add((entry.run_id, entry.status))
 
     async def _top(self, run_id: str) -> tuple[int, bool]:
         """The last seq Redis holds for the run, and whether it is the run's last frame."""

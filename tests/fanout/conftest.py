@@ -22,6 +22,9 @@ from typing import Any
 import msgspec
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 import daemon.fanout
 from daemon.fanout import Publisher, stream_key
@@ -151,7 +154,12 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 @pytest.fixture
 async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     """A client of the test's Redis (bytes in, bytes out)."""
-    client = Redis.from_url(redis_server.url)
+    # Reconnects by itself after the test restarts Redis (a dead connection is retried).
+    client = Redis.from_url(
+        redis_server.url,
+        retry=Retry(NoBackoff(), 2),
+        retry_on_error=[RedisConnectionError],
+    )
     yield client
     await client.aclose()
 
@@ -164,9 +172,17 @@ def quick_failover(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fanout_config(
-    short_dir: Path, workspace: Path, url: str, *, host_id: str = "host-a", **fanout: Any
+    short_dir: Path,
+    workspace: Path,
+    url: str,
+    *,
+    host_id: str = "host-a",
+    claude: str | None = None,
+    **fanout: Any,
 ) -> Config:
     raw = msgspec.to_builtins(make_config(short_dir, workspace, policy={"max_concurrent_runs": 8}))
+    if claude is not None:
+        raw["claude"]["path"] = claude
     raw["fanout"] = {"redis_url": url, "stream_prefix": PREFIX, "host_id": host_id, **fanout}
     return msgspec.convert(raw, Config)
 

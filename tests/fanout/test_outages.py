@@ -1,0 +1,111 @@
+"""Redis stopped, killed, restarted, or down while the daemon itself restarts: the runs go on,
+and Redis ends up with every frame exactly once, filled from the store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from policy.config import Config
+from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
+from tests.fanout.conftest import (
+    RedisServer,
+    expected_entries,
+    fanout_config,
+    first_entry,
+    index,
+    metric,
+    replay,
+    settled,
+    stream,
+)
+from tests.reliability.conftest import CHATTY_CLAUDE, post, wait_done
+
+PARENT = {"tool_call_id": "call_fleet"}  # its provider_invocation is frame 1, before the gate
+
+
+@pytest.fixture
+def config(short_dir: Path, workspace: Path, redis_server: RedisServer) -> Config:
+    """The chatty CLI: it prints nothing after init until its gate file exists."""
+    return fanout_config(short_dir, workspace, redis_server.url, claude=CHATTY_CLAUDE)
+
+
+async def gated_run(d: Daemon, redis: Redis, gate: Path, n: int = 1500) -> str:
+    """A run whose first frame is in Redis and whose bulk waits for ``gate``."""
+    run_id = await post(d, f"chatty n={n} pad=200 gate={gate}\nwork", parent=PARENT)
+    await first_entry(redis, run_id)
+    return run_id
+
+
+async def test_a_stopped_redis_holds_up_no_run_and_misses_nothing(
+    fdaemon: Daemon, redis: Redis, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    run_id = await gated_run(fdaemon, redis, gate)
+    redis_server.pause()
+    try:
+        gate.touch()
+        # While Redis is stopped, the run runs to its end and its replay is whole.
+        state = await wait_done(fdaemon, run_id)
+        assert state["status"] == "completed"
+        lines = await replay(fdaemon, run_id)
+        assert len(lines) > 3000
+        # Its last frames cannot be in Redis yet: queued, in flight, or left to the store.
+        waiting = await metric(fdaemon, "codelegate_fanout_pending")
+        behind = await metric(fdaemon, "codelegate_fanout_runs_behind")
+        assert waiting + behind > 0
+    finally:
+        redis_server.resume()
+    await settled(fdaemon)
+    assert await stream(redis, run_id) == expected_entries(lines)
+    assert [e["status"] for e in await index(redis)] == ["running", "completed"]
+    assert await metric(fdaemon, "codelegate_fanout_pending") == 0
+
+
+@pytest.mark.parametrize(
+    "wipe", [False, True], ids=["redis-keeps-its-data", "redis-comes-back-empty"]
+)
+async def test_a_redis_killed_and_restarted_mid_run_gets_every_frame_once(
+    fdaemon: Daemon, redis: Redis, redis_server: RedisServer, tmp_path: Path, wipe: bool
+) -> None:
+    gate = tmp_path / "gate"
+    run_id = await gated_run(fdaemon, redis, gate)
+    redis_server.kill(wipe=wipe)
+    gate.touch()
+    assert (await wait_done(fdaemon, run_id))["status"] == "completed"
+    lines = await replay(fdaemon, run_id)
+    await asyncio.to_thread(redis_server.start)
+    await settled(fdaemon)
+    assert await stream(redis, run_id) == expected_entries(lines)
+    # One start and one end, also when the start entry was there before the kill.
+    assert [e["status"] for e in await index(redis)] == ["running", "completed"]
+    assert await metric(fdaemon, "codelegate_fanout_failed_total") > 0
+
+
+async def test_a_daemon_restarted_catches_up_the_runs_redis_missed(
+    config: Config, tmp_path: Path, redis_server: RedisServer, redis: Redis
+) -> None:
+    first = await start_daemon(config, tmp_path)
+    try:
+        redis_server.kill()
+        runs = [await post(first, f"chatty n={n} pad=50\nwork") for n in (10, 300)]
+        lines = {}
+        for run_id in runs:
+            await wait_done(first, run_id)
+            lines[run_id] = await replay(first, run_id)
+    finally:
+        await stop_daemon(first)  # Redis is gone: these frames are only in the store
+    await asyncio.to_thread(redis_server.start)
+    second = await start_daemon(config, tmp_path)  # the same store
+    try:
+        await settled(second)
+        for run_id in runs:
+            assert await stream(redis, run_id) == expected_entries(lines[run_id])
+        assert sorted((e["run_id"], e["status"]) for e in await index(redis)) == sorted(
+            (run_id, status) for run_id in runs for status in ("running", "completed")
+        )
+    finally:
+        await stop_daemon(second)
