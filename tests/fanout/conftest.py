@@ -11,10 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,8 +35,9 @@ from tests.daemon.conftest import (
     stop_daemon,
     workspace,
 )
+from tests.fanout.redis_server import RedisServer
 
-__all__ = ["short_dir", "workspace"]  # the daemon suite's fixtures, shared
+__all__ = ["RedisServer", "short_dir", "workspace"]  # the daemon suite's fixtures, shared
 
 PREFIX = "cltest"
 SETTLE_S = 60.0  # bound on waiting for Redis to hold everything (fails the test, never sleeps)
@@ -53,94 +50,6 @@ def _redis_server() -> str:
             pytest.fail("redis-server is missing; run `make test` (it installs it)")
         pytest.skip("redis-server is not installed (run `make test`)")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """One ``redis-server`` child process: start, SIGSTOP/SIGCONT, kill, restart."""
-
-    def __init__(self, binary: str, folder: Path) -> None:
-        self.binary = binary
-        self.folder = folder
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log: list[bytes] = []
-        self._drain = threading.Thread()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        """Start and return once Redis says it accepts connections."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.folder),
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--daemonize",
-                "no",
-                "--logfile",
-                "",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        self.proc = proc
-        ready = threading.Event()
-
-        def drain() -> None:  # keep reading, or Redis blocks on a full pipe
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                self.log.append(line)
-                if b"Ready to accept connections" in line:
-                    ready.set()
-            ready.set()  # EOF: it exited
-
-        self._drain = threading.Thread(target=drain, daemon=True)
-        self._drain.start()
-        if not ready.wait(30) or proc.poll() is not None:
-            raise RuntimeError(b"".join(self.log[-20:]).decode(errors="replace"))
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-
-    def kill(self, *, wipe: bool = False) -> None:
-        """SIGKILL; ``wipe`` also deletes its data (a Redis that comes back empty)."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)  # a stopped process still dies, but be plain
-        self.proc.kill()
-        self.proc.wait()
-        self._drain.join()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        if wipe:
-            shutil.rmtree(self.folder)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
 
 
 @pytest.fixture
