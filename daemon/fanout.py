@@ -68,20 +68,24 @@ UNSURE_SCAN: Final = 10_000  # at shutdown, how long the last frames may take to
 # Appends frames to one run's stream: ``XADD <key> <seq>-0 frame <json>`` for each frame that
 # follows on from the stream's top; one already there is skipped (published twice), and one
 # after a gap stops the call (the publisher fills the gap from the store). One call carries a
-# run's frames of a pipeline: one answer per run rather than per frame, which is what makes
-# redis-py fast enough (bench/RESULTS.md). Returns {top before, top after}.
-APPEND_SCRIPT: Final = """
+# run's frames of a pipeline, packed into one argument (``<seq> <length>\n<json>`` each): one
+# argument and one answer per run, not per frame, which is what makes publishing cheap for the
+# daemon's event loop (redis-py packs and parses each argument and answer in Python; see
+# bench/RESULTS.md). Returns {top before, top after}.
+APPEND_SCRIPT: Final = r"""
+local key, blob = KEYS[1], ARGV[1]
 local top = 0
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
 if last[1] then top = tonumber(string.match(last[1][1], '^%d+')) end
-local before = top
-for i = 1, #ARGV, 2 do
-  local seq = tonumber(ARGV[i])
-  if seq == top + 1 then
-    redis.call('XADD', KEYS[1], ARGV[i] .. '-0', 'frame', ARGV[i + 1])
-    top = seq
-  elseif seq > top + 1 then
-    break
+local before, pos = top, 1
+while pos <= #blob do
+  local _, head, seq, len = string.find(blob, '^(%d+) (%d+)\n', pos)
+  local n = tonumber(seq)
+  if n > top + 1 then break end
+  pos = head + tonumber(len) + 1
+  if n == top + 1 then
+    redis.call('XADD', key, seq .. '-0', 'frame', string.sub(blob, head + 1, pos - 1))
+    top = n
   end
 end
 return {before, top}
@@ -372,10 +376,8 @@ class Publisher:
             pipe.execute_command(*entry.args)
         prefix = self.prefix
         for run_id, group in groups.items():
-            args: list[Any] = []
-            for d in group:
-                args += (d.seq, d.data)
-            pipe.execute_command("EVALSHA", _APPEND_SHA, 1, f"{prefix}:run:{run_id}", *args)
+            blob = b"".join([b"%d %d\n%b" % (d.seq, len(d.data), d.data) for d in group])
+            pipe.execute_command("EVALSHA", _APPEND_SHA, 1, f"{prefix}:run:{run_id}", blob)
         self.stats.inflight = len(chunk)
         try:
             answers = await pipe.execute(raise_on_error=False)
