@@ -2,18 +2,21 @@
 
 Keys. Every frame of a run goes to the stream ``<prefix>:run:<run_id>`` under the entry id
 ``<seq>-0`` with one field, ``frame`` = the frame's JSON (the bytes of the NDJSON replay). So
-``XREAD … STREAMS <key> <after>-0`` is exactly ``after=``, the entries are gapless, and Redis
-refuses a frame published twice (an id must exceed the stream's top): publishing is idempotent.
-A run's first and last frames also add an entry to ``<prefix>:runs``, the fleet's index
-(``run_id``, ``host_id``, ``status`` — ``running`` at the start, the final status at the end —
-and ``invocationId`` when the run has one), trimmed to about ``maxlen_runs`` runs.
+``XREAD … STREAMS <key> <after>-0`` is exactly ``after=``. The XADDs run inside Redis, in
+:data:`APPEND_SCRIPT`, which adds a frame only if it follows on from the stream's top: the
+entries are gapless by construction, and a frame published twice is skipped (publishing is
+idempotent). A run's first and last frames, once added, also add an entry to ``<prefix>:runs``,
+the fleet's index (``run_id``, ``host_id``, ``status`` — ``running`` at the start, the final
+status at the end — and ``invocationId`` when the run has one), trimmed to about
+``maxlen_runs`` runs; an index entry whose pipeline failed midway is looked up in the index
+before it is sent again, so that it too appears once.
 
 Theory of operation. The :class:`Publisher` follows every run through the hub like a subscriber
 whose sink always takes what it is handed (so the hub never waits for it nor drops it): each
 write-out appends the frames, already encoded, to one bounded backlog, in a few list operations
 and without awaiting. One worker task drains the backlog in pipelines of up to :data:`CHUNK`
-commands over redis-py's asyncio client. A run never waits for Redis, and Redis never holds up a
-subscriber: the only cost on the hot path is that append.
+frames (one script call per run) over redis-py's asyncio client. A run never waits for Redis,
+and Redis never holds up a subscriber: the only cost on the hot path is that append.
 
 The store is the source of truth. When the backlog is full, when Redis is stopped, slow (a
 socket timeout) or gone, or when a run's frames do not follow on from what was queued, the run
@@ -22,7 +25,7 @@ worker catches each behind run up: it asks Redis for the stream's last id (``XRE
 1``) and publishes what follows out of the store (``RunStore.frames_after`` also sees frames not
 yet written), until the store has nothing more; in that same step, with no await in between,
 the run's live frames are queued again. Nothing is lost, and a frame sent twice (a pipeline cut
-short, a frame both read from the store and handed out live) is refused by Redis, not doubled.
+short, a frame both read from the store and handed out live) is skipped by Redis, not doubled.
 At start-up the worker compares the newest ``maxlen_runs`` runs of the store with their streams
 and catches up those that are behind (a daemon that stopped before Redis had everything). At
 shutdown it catches up what it can within a short grace.
