@@ -58,6 +58,7 @@ _log = structlog.get_logger("codelegate.fanout")
 
 BACKLOG_MAX: Final = 200_000  # frames queued for Redis; beyond it runs are filled from the store
 CHUNK: Final = 256  # frames per pipeline: packing them holds the event loop (~5 us a frame)
+GATHER_S: Final = 0.01  # frames wait this long for more to share their pipeline
 SOCKET_TIMEOUT_S: Final = 5.0  # a Redis that does not answer this long counts as gone
 RETRY_MIN_S: Final = 0.05  # backoff between attempts while Redis is unreachable
 RETRY_MAX_S: Final = 2.0
@@ -297,6 +298,10 @@ class Publisher:
                     await self._scan()
                     self._scanned = True
                 elif self._backlog or self._owed or self._unsure:
+                    if len(self._backlog) < CHUNK:
+                        # Gather a little first: each pipeline costs the event loop ~100 us
+                        # of redis-py whatever it holds (bench/RESULTS.md).
+                        await asyncio.sleep(GATHER_S)
                     await self._send_backlog()
                 elif self._behind:
                     await self._catch_up(next(iter(self._behind)))
@@ -357,37 +362,40 @@ class Publisher:
         A run's index entries go out only once Redis has added its first (or last) frame, in
         the next pipeline: a frame sent twice is skipped, and so adds no second entry.
         """
-        if self._unsure:
-            try:
-                await self._resolve_unsure()
-            except BaseException:
-                self.stats.failed += len(chunk)
-                raise
-        if not self._script_loaded:
-            try:
-                await self._client.script_load(APPEND_SCRIPT)
-            except BaseException:
-                self.stats.failed += len(chunk)
-                raise
-            self._script_loaded = True
-        groups: dict[str, list[Delivery]] = {}
-        for d in chunk:
-            groups.setdefault(d.run_id, []).append(d)
-        pipe = self._client.pipeline(transaction=False)
-        owed, self._owed = self._owed, []
-        for entry in owed:
-            pipe.execute_command(*entry.args)
-        prefix = self.prefix
-        for run_id, group in groups.items():
-            blob = b"".join([b"%d %d\n%b" % (d.seq, len(d.data), d.data) for d in group])
-            pipe.execute_command("EVALSHA", _APPEND_SHA, 1, f"{prefix}:run:{run_id}", blob)
         self.stats.inflight = len(chunk)
+        owed: list[_IndexEntry] = []
         try:
+            if self._unsure:
+                await self._resolve_unsure()
+            if not self._script_loaded:
+                await self._client.script_load(APPEND_SCRIPT)
+                self._script_loaded = True
+            groups: dict[str, list[Delivery]] = {}
+            for d in chunk:
+                groups.setdefault(d.run_id, []).append(d)
+            pipe = self._client.pipeline(transaction=False)
+            owed, self._owed = self._owed, []
+            for entry in owed:
+                pipe.execute_command(*entry.args)
+            prefix = self.prefix
+            for run_id, group in groups.items():
+                blob = b"".join([b"%d %d\n%b" % (d.seq, len(d.data), d.data) for d in group])
+                pipe.execute_command("EVALSHA", _APPEND_SHA, 1, f"{prefix}:run:{run_id}", blob)
             answers = await pipe.execute(raise_on_error=False)
         except BaseException:
             self.stats.failed += len(chunk)
+            # Redis may have run some of it (its answer is what got lost): the index entries
+            # sent, and those of first and last frames sent, are looked up before next time.
             sent_ms = int(time.time() * 1000)
+            maybe = [e for d in chunk if d.seq == 1 or d.last for e in self._index_entries(d)]
             self._unsure.extend(msgspec.structs.replace(e, sent_ms=sent_ms) for e in owed)
+            known = {(e.run_id, e.status) for e in self._unsure}
+            known.update((run_id, "running") for run_id in self._added)
+            self._unsure.extend(
+                msgspec.structs.replace(e, sent_ms=sent_ms)
+                for e in maybe
+                if (e.run_id, e.status) not in known
+            )
             raise
         finally:
             self.stats.inflight = 0
