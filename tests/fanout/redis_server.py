@@ -24,8 +24,9 @@ def free_port() -> int:
 class RedisServer:
     """One ``redis-server`` child process: start, SIGSTOP/SIGCONT, kill, restart."""
 
-    def __init__(self, binary: str, folder: Path) -> None:
+    def __init__(self, binary: str, folder: Path, *, fsync: str = "always") -> None:
         self.binary = binary
+        self.fsync = fsync  # appendfsync: "always" for the tests, "everysec" (the usual) to bench
         self.folder = folder
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
