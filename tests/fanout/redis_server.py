@@ -24,8 +24,11 @@ def free_port() -> int:
 class RedisServer:
     """One ``redis-server`` child process: start, SIGSTOP/SIGCONT, kill, restart."""
 
-    def __init__(self, binary: str, folder: Path, *, fsync: str = "always") -> None:
+    def __init__(
+        self, binary: str, folder: Path, *, fsync: str = "always", password: str | None = None
+    ) -> None:
         self.binary = binary
+        self.password = password
         self.fsync = fsync  # appendfsync: "always" for the tests, "everysec" (the usual) to bench
         self.folder = folder
         self.port = free_port()
@@ -35,7 +38,8 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         """Start and return once Redis says it accepts connections."""
@@ -59,6 +63,7 @@ class RedisServer:
                 "no",
                 "--logfile",
                 "",
+                *(("--requirepass", self.password) if self.password else ()),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
