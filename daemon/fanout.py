@@ -121,8 +121,8 @@ class FanoutStats:
     """Counters for ``/metrics``."""
 
     def __init__(self) -> None:
-        self.published = 0  # frame entries Redis accepted
-        self.duplicates = 0  # frame entries Redis refused as already there
+        self.published = 0  # frame entries Redis added
+        self.duplicates = 0  # frames sent again and skipped by Redis as already there
         self.failed = 0  # frame entries not published (Redis gone or erring): filled in later
         self.deferred = 0  # frames not queued (backlog full or run behind): sent from the store
         self.index_entries = 0
@@ -136,7 +136,7 @@ class FanoutStats:
 
 
 class _Lost(Exception):
-    """Redis answered a frame with an error other than "already there": try again later."""
+    """Redis answered a script call with an error (NOSCRIPT after a restart, out of memory…)."""
 
 
 def stream_key(prefix: str, run_id: str) -> str:
