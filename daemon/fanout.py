@@ -63,6 +63,7 @@ SOCKET_TIMEOUT_S: Final = 5.0  # a Redis that does not answer this long counts a
 RETRY_MIN_S: Final = 0.05  # backoff between attempts while Redis is unreachable
 RETRY_MAX_S: Final = 2.0
 CLOSE_GRACE_S: Final = 5.0
+STOP_S: Final = 2.0  # then how long stopping the worker and disconnecting may take
 # An unsure index entry is looked for among the index entries added since it was sent, less this
 # margin for the clocks of this host and Redis (entry ids are Redis's milliseconds), at most this
 # many entries.
@@ -137,6 +138,10 @@ class FanoutStats:
 
 class _Lost(Exception):
     """Redis answered a script call with an error (NOSCRIPT after a restart, out of memory…)."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def stream_key(prefix: str, run_id: str) -> str:
@@ -269,24 +274,28 @@ class Publisher:
         """Wait until Redis holds every frame seen so far (for tests and shutdown)."""
         await self._idle.wait()
 
-    async def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
-        """Publish what can be published within ``grace_s``, then stop and disconnect.
+    async def close(self, grace_s: float | None = None) -> None:
+        """Publish what can be published within ``grace_s`` (default :data:`CLOSE_GRACE_S`),
+        then stop and disconnect.
 
         The hub closed our subscriber before the runs were wound down, so each run not yet
         complete in Redis is caught up from the store (when Redis answers at all).
         """
+        grace = CLOSE_GRACE_S if grace_s is None else grace_s
         for run_id in list(self._queued):
             self._mark_behind(run_id)
-        if self.connected and grace_s > 0:
+        if self.connected and grace > 0:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace_s):
+                async with asyncio.timeout(grace):
                     await self.settled()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        with contextlib.suppress(RedisError, OSError):
-            await self._client.aclose()
+        # Bounded: a stopped Redis must not hold up the daemon's exit.
+        with contextlib.suppress(TimeoutError, RedisError, OSError):
+            async with asyncio.timeout(STOP_S):
+                if self._task is not None:
+                    self._task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._task
+                await self._client.aclose()
 
     # -- the worker ------------------------------------------------------------------------
 
@@ -513,8 +522,17 @@ class Publisher:
                 top += len(page)
 
     async def _scan(self) -> None:
-        """At start-up: mark behind the newest runs of the store whose stream lacks frames."""
+        """At start-up: mark behind the newest runs of the store whose stream lacks frames, and
+        owe the index entries a previous daemon did not get to write.
+
+        A daemon that stops between a run's first (or last) frame and its index entry leaves
+        the stream without that entry; the index (at most about ``2 * maxlen_runs`` entries) is
+        read once to find out. Runs older than its oldest entry were trimmed from it, not lost;
+        an empty (or deleted) index gets the entries of the runs whose streams are there.
+        """
         records = await self._store.list_runs(self._maxlen_runs)
+        have, oldest_ms = await self._read_index()
+        starts: list[str] = []  # runs whose stream has frame 1 but the index no start
         for start in range(0, len(records), CHUNK):
             page = records[start : start + CHUNK]
             pipe = self._client.pipeline(transaction=False)
@@ -525,8 +543,43 @@ class Publisher:
                 top = seq_of(entries[0][0]) if entries else 0
                 if rec.last_seq > top:
                     self._behind[rec.run_id] = None
-        if self._behind:
-            _log.info("fanout_catching_up", runs=len(self._behind))
+                if top == 0 or rec.created_at * 1000 < oldest_ms:
+                    continue  # frame 1 (and its entry) will come with the catch-up, or trimmed
+                if (rec.run_id, "running") not in have:
+                    starts.append(rec.run_id)
+                frame = entries[0][1].get(b"frame", b"")
+                if top == rec.last_seq and _head.decode(frame).type == "run_result":
+                    ends = self._index_entries(Delivery(rec.run_id, top, frame, True))
+                    self._owe(
+                        e
+                        for e in ends
+                        if e.status != "running" and (e.run_id, e.status) not in have
+                    )
+        for start in range(0, len(starts), CHUNK):
+            batch = starts[start : start + CHUNK]
+            pipe = self._client.pipeline(transaction=False)
+            for run_id in batch:
+                pipe.xrange(stream_key(self.prefix, run_id), "-", "+", count=1)
+            for run_id, entries in zip(batch, await pipe.execute(), strict=True):
+                if entries:
+                    first = Delivery(run_id, 1, entries[0][1].get(b"frame", b"{}"))
+                    self._owe(self._index_entries(first))
+        if self._behind or self._owed:
+            _log.info("fanout_catching_up", runs=len(self._behind), index_entries=len(self._owed))
+
+    async def _read_index(self) -> tuple[set[tuple[str, str]], int]:
+        """This host's (run_id, status) entries in the index, and its oldest entry's time (0
+        for an empty index: then every run's entries are owed)."""
+        entries = await self._client.xrange(self._index, "-", "+")
+        if not entries:
+            return set(), 0
+        host = self.host_id.encode()
+        have = {
+            (_text(fields.get(b"run_id", b"")), _text(fields.get(b"status", b"")))
+            for _, fields in entries
+            if fields and fields.get(b"host_id") == host
+        }
+        return have, seq_of(entries[0][0] or b"0")
 
 
 def start_publisher(fanout: FanoutConfig | None, store: RunStore, hub: Hub) -> Publisher | None:
