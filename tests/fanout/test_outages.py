@@ -19,6 +19,7 @@ from tests.fanout.conftest import (
     first_entry,
     index,
     metric,
+    publisher,
     replay,
     settled,
     stream,
@@ -137,3 +138,22 @@ async def test_a_daemon_stopped_while_redis_was_stopped_is_caught_up_by_the_next
         assert [e["status"] for e in await index(redis)] == ["running", "completed"]
     finally:
         await stop_daemon(second)
+
+
+async def test_a_run_caught_up_from_the_store_goes_on_live_after_its_catch_up(
+    fdaemon: Daemon, redis: Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pub = publisher(fdaemon)
+    gate = tmp_path / "gate"
+    monkeypatch.setattr(pub, "_max_backlog", 0)  # no room: frame 1 is left to the store
+    run_id = await gated_run(fdaemon, redis, gate)
+    await settled(fdaemon)  # caught up: the run is no longer behind
+    assert pub.stats.deferred == 1
+    monkeypatch.setattr(pub, "_max_backlog", daemon.fanout.BACKLOG_MAX)
+    gate.touch()
+    assert (await wait_done(fdaemon, run_id))["status"] == "completed"
+    await settled(fdaemon)
+    lines = await replay(fdaemon, run_id)
+    assert await stream(redis, run_id) == expected_entries(lines)
+    assert pub.stats.deferred == 1  # everything after frame 1 went live, none from the store
+    assert [e["status"] for e in await index(redis)] == ["running", "completed"]
