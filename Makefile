@@ -1,7 +1,8 @@
 # codelegate — the two Quick start commands (`make run`, `make test`) and their helpers.
 # Everything is installed inside the checkout: Python deps into .venv, the pinned Claude Code CLI
-# into .tools/claude. The one exception: the CLI's sandbox needs bubblewrap and socat, which
-# `make test` installs with apt-get when they are missing (see sandbox-tools).
+# into .tools/claude. Two exceptions, Debian packages that `make test` installs with apt-get when
+# they are missing: bubblewrap and socat for the CLI's sandbox (sandbox-tools), and redis-server for
+# the [fanout] tests (redis-server).
 
 PYTHON ?= python3
 VENV := .venv
@@ -15,7 +16,7 @@ PYTEST_ARGS ?=
 WORKSPACE ?= $(CURDIR)
 CONFIG ?=
 
-.PHONY: all setup setup-serve run test lint typecheck bench clean sandbox-tools
+.PHONY: all setup setup-serve run test lint typecheck bench clean sandbox-tools redis-server
 
 all: test
 
@@ -47,6 +48,17 @@ $(CLAUDE_BIN):
 	mkdir -p $(CLAUDE_DIR)
 	npm install --silent --no-audit --no-fund --prefix $(CLAUDE_DIR) @anthropic-ai/claude-code@$(CLAUDE_VERSION)
 	$(CLAUDE_BIN) --version
+
+# The [fanout] tests start a real Redis of their own (tests/fanout): Debian's redis-server,
+# installed as root with apt-get when it is missing (a fresh CI machine). Not needed to run.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=; \
+	  elif command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; \
+	  else echo "redis-server is missing and this is not root: apt-get install redis-server" >&2; exit 1; fi; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends redis-server; }
+	@redis-server --version
 
 # Development defaults: `codelegate dev-config` writes WORKSPACE as the only root, the CLI, and
 # the socket and store in ~/.local/state/codelegate (outside any workspace) into a config there,
@@ -80,7 +92,7 @@ sandbox-tools:
 
 # The tests always use the pinned CLI: golden transcripts are of that version.
 # translator/ and policy/ are held at 100 % branch coverage.
-test: setup $(CLAUDE_BIN) sandbox-tools
+test: setup $(CLAUDE_BIN) sandbox-tools redis-server
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -88,7 +100,7 @@ test: setup $(CLAUDE_BIN) sandbox-tools
 		--cov=translator --cov=policy --cov-branch --cov-report=term-missing:skip-covered \
 		--cov-fail-under=100 $(PYTEST_ARGS)
 
-bench: setup $(CLAUDE_BIN)
+bench: setup $(CLAUDE_BIN) redis-server
 	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/python -m bench
 
 clean:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import structlog
@@ -21,7 +21,7 @@ import daemon
 from daemon import logs
 from daemon.access import check_access
 from daemon.hub import CLOSE_GOING_AWAY, Hub
-from daemon.metrics import Metrics
+from daemon.metrics import Metrics, render_fanout
 from daemon.record import Refused
 from daemon.runs import RunManager
 from daemon.state import CONFIG, HUB, METRICS, STATE, DaemonState, int_query, manager_of
@@ -32,6 +32,9 @@ from daemon.tasks import spawn
 from policy.config import Config
 from policy.errors import PolicyError
 from policy.request import decode_run_request
+
+if TYPE_CHECKING:
+    from daemon.fanout import Publisher
 
 __all__ = ["CONFIG", "HUB", "METRICS", "STATE", "DaemonState", "create_app", "manager_of"]
 
@@ -103,17 +106,28 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         if interrupted:
             _log.info("runs_interrupted_closed", count=interrupted)
         state.store, state.manager = store, manager
+        state.fanout = _start_fanout(config, store, app[HUB])
         state.cli_version = await _cli_version(config.claude.path, state.environ)
         yield
         state.stopping = True
         await manager.drain(0)
     finally:
+        if state.fanout is not None:  # before the store closes: Redis is filled from there
+            await state.fanout.close()
         for task in (reaper, pruner):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await store.flush()
         await store.close()
+
+
+def _start_fanout(config: Config, store: RunStore, hub: Hub) -> Publisher | None:
+    if config.fanout is None:
+        return None
+    from daemon.fanout import start_publisher  # redis-py only when [fanout] is configured
+
+    return start_publisher(config.fanout, store, hub)
 
 
 async def _prune_forever(store: RunStore, config: Config) -> None:
@@ -315,6 +329,8 @@ async def metrics(request: web.Request) -> web.Response:
         subscribers_dropped=hub.stats.subscribers_dropped,
         log_lines_dropped=logs.lines_dropped(),
     )
+    if state.fanout is not None:
+        text += render_fanout(state.fanout.stats, behind=state.fanout.runs_behind)
     return web.Response(
         text=text,
         content_type="text/plain",

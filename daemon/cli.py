@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from typing import BinaryIO
 
 from daemon.pinned import CLAUDE_CODE_VERSION
 from daemon.tool import state_dir
-from policy.config import Config, development_config, parse_config
+from policy.config import Config, FanoutConfig, development_config, parse_config
 from policy.errors import ConfigError
 
 CLAUDE_ENV = "CODELEGATE_CLAUDE"
@@ -122,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["watch"] and any(a.partition("=")[0] == "--redis" for a in args_list):
+        # The fleet through Redis ([fanout]) rather than one daemon's socket.
+        return int(importlib.import_module("daemon.fleet").main(args_list[1:]))
     if args_list and args_list[0] in ("run", "watch"):
         # Lazy: rich is only needed by the terminal client.
         terminal = importlib.import_module("daemon.terminal")
@@ -222,6 +226,8 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
         out.append(f"claude version: {version_note(version)}")
         if version is None:
             problems.append("claude.path: the CLI did not answer --version")
+    if config.fanout is not None:
+        problems.extend(_doctor_fanout(config.fanout, out))
     present = auth_variables_present(config, env)
     out.append("auth variables present: " + (", ".join(present) if present else "none"))
     out.extend(f"PROBLEM {p}" for p in problems)
@@ -251,6 +257,20 @@ def version_note(reported: str | None) -> str:
         f"{reported} -- WARNING: not the pinned {CLAUDE_CODE_VERSION}, which the translator and "
         "tests are checked against; its stream-json may differ (README, upgrading the CLI)"
     )
+
+
+def _doctor_fanout(fanout: FanoutConfig, out: list[str]) -> list[str]:
+    """``[fanout]``: where frames go, and whether that Redis answers."""
+    from daemon.fanout import probe  # redis-py only when [fanout] is configured
+    from policy.config import fanout_host_id, redacted_url
+
+    host_id = fanout_host_id(fanout, socket.gethostname())
+    out.append(
+        f"fanout: {redacted_url(fanout.redis_url)} prefix {fanout.stream_prefix!r}"
+        f" host_id {host_id!r}"
+    )
+    problem = probe(fanout)
+    return [f"fanout.redis_url: {problem}"] if problem else []
 
 
 def _claude_version(path: str) -> str | None:

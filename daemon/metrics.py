@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from daemon.fanout import FanoutStats
 
 # Run durations in seconds; a delegated coding task takes seconds to tens of minutes.
 DURATION_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -106,3 +109,42 @@ class Metrics:
         out.append(f"codelegate_run_duration_seconds_sum {self._duration_sum:.3f}")
         out.append(f"codelegate_run_duration_seconds_count {self._duration_count}")
         return "\n".join(out) + "\n"
+
+
+def render_fanout(stats: FanoutStats, *, behind: int) -> str:
+    """The ``[fanout]`` families (only when it is configured), in the same text format."""
+    families = (
+        ("published_total", "counter", "Frame entries Redis accepted.", stats.published),
+        ("pending", "gauge", "Frames queued for Redis or being sent.", stats.pending),
+        (
+            "failed_total",
+            "counter",
+            "Frame entries not published (Redis gone or erring); filled in from the store.",
+            stats.failed,
+        ),
+        (
+            "duplicates_total",
+            "counter",
+            "Frame entries Redis refused as already there (a resend, not a double).",
+            stats.duplicates,
+        ),
+        (
+            "deferred_total",
+            "counter",
+            "Frames not queued live (backlog full or run behind); sent from the store.",
+            stats.deferred,
+        ),
+        ("runs_behind", "gauge", "Runs whose stream is being filled from the store.", behind),
+        (
+            "index_entries_total",
+            "counter",
+            "Run starts and ends added to the index.",
+            stats.index_entries,
+        ),
+    )
+    out: list[str] = []
+    for name, kind, help_text, value in families:
+        out.append(f"# HELP codelegate_fanout_{name} {help_text}")
+        out.append(f"# TYPE codelegate_fanout_{name} {kind}")
+        out.append(f"codelegate_fanout_{name} {value}")
+    return "\n".join(out) + "\n"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import posixpath
 import re
 import tomllib
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -104,6 +105,22 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_runs: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
 
 
+class FanoutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[fanout]``: every frame published to Redis Streams as well (DESIGN "Beyond one host").
+
+    The store stays the source of truth; Redis is the fleet's fan-out. Absent: nothing is
+    published.
+    """
+
+    redis_url: str
+    stream_prefix: str = "codelegate"
+    # None: the machine's host name (the daemon asks; policy does no I/O), see fanout_host_id.
+    host_id: str | None = None
+    # The fleet index keeps about this many runs (a start and an end entry each); at start-up
+    # the daemon catches up this many of its newest runs whose stream is behind its store.
+    maxlen_runs: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The whole operator config. Relative socket/store paths are relative to the daemon's cwd."""
 
@@ -112,6 +129,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    fanout: FanoutConfig | None = None
 
 
 SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
@@ -120,6 +138,7 @@ SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
     "policy": PolicyConfig,
     "limits": LimitsConfig,
     "store": StoreConfig,
+    "fanout": FanoutConfig,
 }
 
 # A Claude Code permission rule such as ``Read``, ``Bash(git diff:*)`` or ``mcp__x__y``. It may not
@@ -130,6 +149,10 @@ _SOCKET_MODE: Final = re.compile(r"0?[0-7]{3}", re.ASCII)
 _ORIGIN: Final = re.compile(
     r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
 )
+# Redis keys are built from these: no spaces, no glob or hash-tag characters.
+_STREAM_PREFIX: Final = re.compile(r"[A-Za-z0-9._:-]{1,64}", re.ASCII)
+_HOST_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
+_REDIS_SCHEMES: Final = ("redis", "rediss", "unix")
 _MSGSPEC_AT: Final = re.compile(r"(?s)(.*) - at `\$(.*)`")
 _UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `(.*)`")
 _ENUM: Final = re.compile(r"Invalid enum value (.*)")
@@ -269,9 +292,62 @@ def _validate(config: Config, source: str) -> Config:
                 f"server.allowed_origins[{index}]",
                 f"expected an origin such as 'https://chat.example.com'; got {origin!r}",
             )
+    if config.fanout is not None:
+        _validate_fanout(config.fanout, fail)
     return msgspec.structs.replace(
         config, policy=msgspec.structs.replace(policy, workspaces=tuple(roots))
     )
+
+
+def _validate_fanout(fanout: FanoutConfig, fail: Callable[[str, str], ConfigError]) -> None:
+    problem = redis_url_problem(fanout.redis_url)
+    if problem:
+        raise fail("fanout.redis_url", problem)
+    if not _STREAM_PREFIX.fullmatch(fanout.stream_prefix):
+        raise fail(
+            "fanout.stream_prefix",
+            f"expected 1-64 letters, digits or ._:- such as 'codelegate'; "
+            f"got {fanout.stream_prefix!r}",
+        )
+    if fanout.host_id is not None and not _HOST_ID.fullmatch(fanout.host_id):
+        raise fail(
+            "fanout.host_id",
+            f"expected a host name (letters, digits, ._-); got {fanout.host_id!r}",
+        )
+
+
+def redis_url_problem(url: str) -> str:
+    """What is wrong with a Redis URL (``""`` when nothing): redis://, rediss:// or unix://."""
+    shown = redacted_url(url)
+    expected = "expected a URL such as 'redis://127.0.0.1:6379/0'"
+    if any(c.isspace() for c in url):
+        return f"{expected}; got {shown!r}"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in _REDIS_SCHEMES:
+        return f"{expected} (redis://, rediss:// or unix://); got {shown!r}"
+    if parts.scheme == "unix":
+        ok = parts.path.startswith("/")
+        return "" if ok else f"expected unix:///absolute/path; got {shown!r}"
+    try:
+        parts.port  # noqa: B018 - parsing it is the check
+    except ValueError:
+        return f"{expected}; got a bad port in {shown!r}"
+    return "" if parts.hostname else f"{expected}; got no host in {shown!r}"
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: for logs, doctor and errors."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def fanout_host_id(fanout: FanoutConfig, hostname: str) -> str:
+    """The host id this daemon publishes under: the configured one, else the host name."""
+    return fanout.host_id if fanout.host_id is not None else hostname
 
 
 def socket_mode_bits(server: ServerConfig) -> int:
