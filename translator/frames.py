@@ -21,7 +21,7 @@ OChatPermissionMode = Literal["manual", "auto_approve"]
 ActivityKind = Literal["command", "file_change", "inspect", "search", "tool"]
 ActivityStatus = Literal["running", "completed", "failed"]
 DiagnosticCode = Literal[
-    "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line"
+    "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line", "frames_not_stored"
 ]
 RunStatus = Literal["completed", "failed", "cancelled", "timeout", "interrupted"]
 

@@ -80,6 +80,17 @@ def test_stderr_diagnostics_at_powers_of_two_and_the_total_at_the_end() -> None:
     assert translator.stderr_seen(20, 3.0) == []
 
 
+def test_frames_not_stored_is_said_at_the_first_and_the_total_at_the_end() -> None:
+    translator = Translator(context(parent_tool_call_id=None))
+    first = translator.frames_not_stored(1, 1.0)
+    assert [(f.code, f.count) for f in first] == [("frames_not_stored", 1)]  # type: ignore[attr-defined]
+    assert translator.frames_not_stored(7, 1.5) == []
+    last = translator.close(Outcome(reason="exited", exit_code=0), 2.0)
+    totals = [f.count for f in last if f.__class__.__name__ == "Diagnostic"]  # type: ignore[attr-defined]
+    assert totals == [7]
+    assert translator.frames_not_stored(9, 3.0) == []
+
+
 def test_close_is_final_and_closes_open_cards_with_the_reason() -> None:
     for reason, error_type in [
         ("cancelled", "cancelled"),
