@@ -171,6 +171,8 @@ class Replay:
             self.done = True
         else:
             self.after = kept[-1].seq
+            if upto is not None and self.after >= upto:
+                self.done = True
         return kept
 
 
