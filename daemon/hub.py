@@ -240,6 +240,7 @@ class Subscriber:
         self.replay_pages = 0  # pages read from the store for this subscriber
         self._queue: deque[Queued] = deque()
         self._live = 0  # live frames queued (replay and control messages do not count)
+        self._replayed = 0  # replayed frames and stored replays queued
         self._wake = asyncio.Event()
 
     @property
@@ -279,9 +280,12 @@ class Subscriber:
         """
         if self.closed:
             return
+        queue = self._queue
+        before = len(queue)
         if stored is not None and not stored.done:
-            self._queue.append(stored)
-        self._queue.extend(deliveries)
+            queue.append(stored)
+        queue.extend(deliveries)
+        self._replayed += len(queue) - before
         self._wake.set()
 
     def forget(self, run_id: str) -> None:
@@ -294,8 +298,11 @@ class Subscriber:
                 kept.append(item)
             elif isinstance(item, Replay):
                 item.cancelled = True
+                self._replayed -= 1
             elif isinstance(item, Batch):
                 self._live -= len(item.deliveries)
+            else:
+                self._replayed -= 1
         self._queue = kept
 
     @property
@@ -324,6 +331,7 @@ class Subscriber:
         self.close_reason = reason
         self._queue.clear()
         self._live = 0
+        self._replayed = 0
         self._wake.set()
         if self.on_close is not None:
             self.on_close()
@@ -350,17 +358,26 @@ class Subscriber:
             return []
         if head.done:
             self._queue.popleft()  # still the head: only writers take from the front
+            self._replayed -= 1
         return list(page)
 
     def take(self, limit: int = sys.maxsize) -> list[Item]:
         """Queued items up to the next stored replay, without waiting (``[]`` when empty or
-        closed): at least one, then while fewer than ``limit`` frames and about
-        REPLAY_PAGE_BYTES of replayed frames are taken."""
+        closed): at least one, then while fewer than ``limit`` replayed frames and about
+        REPLAY_PAGE_BYTES of them are taken. Live batches do not count: ``max_queue`` bounds
+        them, and a writer behind on them takes them all at once."""
         if self.closed:
             return []
         queue = self._queue
+        items: list[Item]
         if limit == sys.maxsize and not any(isinstance(item, Replay) for item in queue):
-            items: list[Item] = list(queue)  # type: ignore[arg-type]
+            items = list(queue)  # type: ignore[arg-type]
+            queue.clear()
+            self._live = 0
+            self._replayed = 0
+            return items
+        if not self._replayed:  # live batches and control messages only: bounded already
+            items = list(queue)  # type: ignore[arg-type]
             queue.clear()
             self._live = 0
             return items
@@ -373,9 +390,9 @@ class Subscriber:
             queue.popleft()
             items.append(item)
             if isinstance(item, Batch):
-                count += len(item.deliveries)
                 self._live -= len(item.deliveries)
             elif isinstance(item, Delivery):
+                self._replayed -= 1
                 count += 1
                 room -= len(item.data)
         return items
@@ -388,7 +405,7 @@ class Subscriber:
             head = queue[0]
             if not isinstance(head, Replay):
                 queue.pop()
-                self._live = 0
+                self._live = self._replayed = 0
                 sink.write([head])
                 if not isinstance(head, bytes):
                     self.last_seq[head.run_id] = head.seq

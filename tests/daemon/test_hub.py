@@ -387,6 +387,7 @@ async def test_writers_take_a_replay_a_page_at_a_time() -> None:
         1000 - 3 * hub_module.REPLAY_PAGE
     ]
     assert [s for p in pages for s in p] == list(range(1, 1001))
+    assert sub._replayed == 0  # live batches go the fast way again
 
 
 async def test_a_stored_replay_is_read_a_page_at_a_time_as_the_writer_asks() -> None:
@@ -428,3 +429,4 @@ async def test_a_stored_replay_is_read_a_page_at_a_time_as_the_writer_asks() -> 
     assert await reading == []
     assert [d.seq for d in frames(await sub2.get(sub2.page))] == list(range(991, 1001))
     assert sub2.idle
+    assert (sub._replayed, sub2._replayed) == (0, 0)
