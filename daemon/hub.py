@@ -241,6 +241,7 @@ class Subscriber:
         self._queue: deque[Queued] = deque()
         self._live = 0  # live frames queued (replay and control messages do not count)
         self._replayed = 0  # replayed frames and stored replays queued
+        self._controls = 0  # control messages queued
         self._wake = asyncio.Event()
 
     @property
@@ -316,10 +317,18 @@ class Subscriber:
         return bool(self._queue) and isinstance(self._queue[0], Replay)
 
     def control(self, data: bytes) -> None:
-        """Queue a message of our own protocol (errors, acknowledgements) for the writer."""
+        """Queue a message of our own protocol (errors, acknowledgements) for the writer.
+
+        Bounded like live frames: a client that keeps sending messages without reading the
+        answers is closed as lagging once ``max_queue`` of them wait.
+        """
         if self.closed:
             return
+        if self._controls >= self.max_queue:
+            self.close(CLOSE_LAGGING, self.lag_reason())
+            return
         self._queue.append(data)
+        self._controls += 1
         self._wake.set()
 
     def close(self, code: int, reason: str) -> None:
@@ -330,8 +339,7 @@ class Subscriber:
         self.close_code = code
         self.close_reason = reason
         self._queue.clear()
-        self._live = 0
-        self._replayed = 0
+        self._live = self._replayed = self._controls = 0
         self._wake.set()
         if self.on_close is not None:
             self.on_close()
@@ -373,13 +381,12 @@ class Subscriber:
         if limit == sys.maxsize and not any(isinstance(item, Replay) for item in queue):
             items = list(queue)  # type: ignore[arg-type]
             queue.clear()
-            self._live = 0
-            self._replayed = 0
+            self._live = self._replayed = self._controls = 0
             return items
         if not self._replayed:  # live batches and control messages only: bounded already
             items = list(queue)  # type: ignore[arg-type]
             queue.clear()
-            self._live = 0
+            self._live = self._controls = 0
             return items
         items = []
         count, room = 0, REPLAY_PAGE_BYTES
@@ -395,6 +402,8 @@ class Subscriber:
                 self._replayed -= 1
                 count += 1
                 room -= len(item.data)
+            else:
+                self._controls -= 1
         return items
 
     def write_to(self, sink: Sink, limit: int = sys.maxsize) -> None:
@@ -405,7 +414,7 @@ class Subscriber:
             head = queue[0]
             if not isinstance(head, Replay):
                 queue.pop()
-                self._live = self._replayed = 0
+                self._live = self._replayed = self._controls = 0
                 sink.write([head])
                 if not isinstance(head, bytes):
                     self.last_seq[head.run_id] = head.seq

@@ -395,6 +395,7 @@ class RunManager:
         self._recent[run.run_id] = run
         while len(self._recent) > RECENT_RUNS:
             self._recent.popitem(last=False)
+        not_stored = self._store.not_stored(run.run_id)  # forgotten once the finish is written
         try:
             # finish_run is written after the run's buffered frames and, like them, retried
             # by the store if the disk is full; no separate flush (defect D2).
@@ -416,6 +417,7 @@ class RunManager:
                 status=run.status,
                 exit_code=outcome.exit_code,
                 reason=outcome.reason,
+                **({"frames_not_stored": not_stored} if not_stored else {}),
             )
             if run.status == "failed" and outcome.stderr_tail:
                 _log.warning("run_stderr", tail=outcome.stderr_tail)

@@ -430,3 +430,15 @@ async def test_a_stored_replay_is_read_a_page_at_a_time_as_the_writer_asks() -> 
     assert [d.seq for d in frames(await sub2.get(sub2.page))] == list(range(991, 1001))
     assert sub2.idle
     assert (sub._replayed, sub2._replayed) == (0, 0)
+
+
+async def test_a_client_sending_messages_without_reading_the_answers_is_closed_as_lagging() -> None:
+    sub = Subscriber(max_queue=16)
+    for _ in range(16):
+        sub.control(b'{"type":"subscribed"}')
+    assert not sub.closed
+    assert len(sub.take()) == 16  # read: room again
+    for _ in range(17):
+        sub.control(b'{"type":"subscribed"}')
+    assert sub.closed
+    assert sub.close_code == CLOSE_LAGGING
