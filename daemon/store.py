@@ -220,7 +220,8 @@ class RunStore:
         pending.frames.append((run_id, seq, data))
         self._queue(run_id, pending)
         self._buffered += 1
-        if self._buffered >= self._flush_frames:
+        if self._buffered >= self._flush_frames and self._last_error is None:
+            # (After a failed write only the retry timer, a flush or a finish writes again.)
             self._start_writer()
         elif self._timer is None and self._writer is None:
             self._timer = asyncio.get_running_loop().call_later(

@@ -407,3 +407,25 @@ async def test_a_run_past_its_cap_stores_its_first_frames_and_its_closing_ones(
         assert [store.append_frame("r2", s, big) for s in (1, 2, 3)] == [True, True, False]
     finally:
         await store.close()
+
+
+async def test_a_full_disk_is_retried_on_the_timer_not_on_every_new_frame(db_path: str) -> None:
+    errors: list[BaseException] = []
+    store = await RunStore.open(db_path, on_error=errors.append, flush_frames=16)
+    try:
+        await store.create_run(record("r1"))
+        await store._call(lambda conn: conn.execute("PRAGMA query_only = 1"))
+        for seq in range(1, 17):
+            store.append_frame("r1", seq, frame("r1", seq))
+        with pytest.raises(StoreError):
+            await store.flush()
+        failures = store.write_errors
+        for seq in range(17, 2001):  # 124 batches' worth while the disk is still full
+            store.append_frame("r1", seq, frame("r1", seq))
+        assert store._writer is None  # no write started: the retry waits for its timer
+        assert store.write_errors == failures
+        await store._call(lambda conn: conn.execute("PRAGMA query_only = 0"))
+        await store.flush()
+        assert len(await store.frames_after("r1", 0)) == 2000
+    finally:
+        await store.close()
