@@ -381,6 +381,9 @@ class RunManager:
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
         now = time.time()
+        not_stored = self._store.not_stored(run.run_id)  # forgotten once the finish is written
+        if not_stored:
+            outcome = msgspec.structs.replace(outcome, frames_not_stored=not_stored)
         # Stored even past the cap: replay and recovery must see how the run ended.
         self._emit(run, run.translator.close(outcome, now), keep=True)
         result = run.translator.result
@@ -395,7 +398,6 @@ class RunManager:
         self._recent[run.run_id] = run
         while len(self._recent) > RECENT_RUNS:
             self._recent.popitem(last=False)
-        not_stored = self._store.not_stored(run.run_id)  # forgotten once the finish is written
         try:
             # finish_run is written after the run's buffered frames and, like them, retried
             # by the store if the disk is full; no separate flush (defect D2).

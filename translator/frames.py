@@ -152,6 +152,8 @@ class FinalResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     files_changed: list[str] = msgspec.field(default_factory=list)
     # The end of the CLI's stderr (redacted, bounded), when the run did not complete.
     stderr: str | None = None
+    # Frames the run store did not keep ([limits] cap; they went out live). Left out when none.
+    frames_not_stored: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunResult(_Frame, tag="run_result", frozen=True, kw_only=True):

@@ -185,3 +185,5 @@ async def test_frames_past_the_store_cap_go_out_live_and_the_store_says_what_it_
     assert told[0] in stored
     assert stored[-2:] == live[-2:]
     assert stored[-1]["type"] == "run_result"
+    assert stored[-1]["result"]["frames_not_stored"] == not_stored  # and in the final result
+    assert state["result"]["frames_not_stored"] == not_stored
