@@ -82,8 +82,10 @@ def stored_status(db: Path, run_id: str) -> str:
     return str(row[0])
 
 
-def db_bytes(db: Path) -> int:
-    return sum(os.path.getsize(p) for p in (db, Path(f"{db}-wal")) if p.exists())
+def db_bytes(db: Path) -> tuple[int, int]:
+    """Sizes of the database file and of its WAL."""
+    wal = Path(f"{db}-wal")
+    return os.path.getsize(db), os.path.getsize(wal) if wal.exists() else 0
 
 
 async def one_pass(name: str, limits: dict[str, int], args: argparse.Namespace) -> list[float]:
@@ -117,7 +119,8 @@ async def one_pass(name: str, limits: dict[str, int], args: argparse.Namespace) 
         f" max {max(during) * 1000:7.1f} ms (max / idle median"
         f" {max(during) / statistics.median(base):.1f}x); flood still running at the last probe:"
         f" {'yes' if flooding else 'NO'}; flood frames {total:,}, stored {kept:,} (the store done"
-        f" {catch_up:.1f} s after the run); database + WAL {size / 1e6:.1f} MB"
+        f" {catch_up:.1f} s after the run);"
+        f" database {size[0] / 1e6:.1f} MB + WAL {size[1] / 1e6:.1f} MB"
     )
     return during
 
