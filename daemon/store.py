@@ -22,11 +22,13 @@ Caps. A run stores at most ``max_frames`` frames and ``max_bytes`` bytes of fram
 the cap are still delivered live, but not stored (``append_frame`` returns False and counts them
 in :meth:`RunStore.not_stored`), except the frames the caller marks ``always`` (a run's closing
 frames and the diagnostic saying what was not stored), so that replay and recovery still see how
-the run ended.
+the run ended. A run's buffer never holds more than its cap either: the store's memory stays
+bounded per run even while the disk is full.
 
 Failures. A failed write (disk full, read-only file) never raises into the run that produced the
 frames: the batch goes back to the front of its runs' buffers and is retried after
-:data:`RETRY_AFTER_S`, the error is handed to ``on_error``, and :meth:`RunStore.flush` /
+:data:`RETRY_AFTER_S`, the error is logged (``store_write_failed``, once until a write succeeds
+again: ``store_write_recovered``) and handed to ``on_error``, and :meth:`RunStore.flush` /
 :meth:`RunStore.finish_run` raise :class:`StoreError` while something remains unwritten. Readers
 see the unwritten frames and final statuses merged from the buffers. :meth:`RunStore.close`
 never raises: what it could not write is logged with its counts (``store_unflushed``).
@@ -323,7 +325,9 @@ class RunStore:
         frames, finishes = batch
         self.batches_written += 1
         self.frames_written += len(frames)
-        self._last_error = None
+        if self._last_error is not None:
+            _log.info("store_write_recovered", failed_writes=self.write_errors)
+            self._last_error = None
         for run_id in finishes:
             pending = self._pending.get(run_id)
             if pending is not None and pending.empty:
@@ -335,8 +339,12 @@ class RunStore:
     def _failed(self, batch: Batch, exc: BaseException) -> None:
         # Keep it all (primary keys make a retry idempotent) and try again later.
         self.write_errors += 1
+        first = self._last_error is None
         self._last_error = exc
         self._restore(batch)
+        if first:  # once per failing streak, not once a second while the disk stays full
+            frames, finishes = self._unwritten_counts()
+            _log.error("store_write_failed", error=str(exc), frames=frames, final_statuses=finishes)
         # A final status waiting behind this batch is not written either: tell its caller.
         waiters, self._finish_waiters = self._finish_waiters, {}
         for futures in waiters.values():

@@ -417,16 +417,21 @@ async def test_a_full_disk_is_retried_on_the_timer_not_on_every_new_frame(db_pat
         await store._call(lambda conn: conn.execute("PRAGMA query_only = 1"))
         for seq in range(1, 17):
             store.append_frame("r1", seq, frame("r1", seq))
-        with pytest.raises(StoreError):
+        with structlog.testing.capture_logs() as first, pytest.raises(StoreError):
             await store.flush()
+        assert [e["event"] for e in first] == ["store_write_failed"]
         failures = store.write_errors
         for seq in range(17, 2001):  # 124 batches' worth while the disk is still full
             store.append_frame("r1", seq, frame("r1", seq))
         assert store._writer is None  # no write started: the retry waits for its timer
         assert store.write_errors == failures
-        await store._call(lambda conn: conn.execute("PRAGMA query_only = 0"))
-        await store.flush()
+        with structlog.testing.capture_logs() as logs:
+            with pytest.raises(StoreError):
+                await store.flush()  # still full: a second failure, not logged again
+            await store._call(lambda conn: conn.execute("PRAGMA query_only = 0"))
+            await store.flush()
         assert len(await store.frames_after("r1", 0)) == 2000
+        assert [e["event"] for e in logs] == ["store_write_recovered"]
     finally:
         await store.close()
 
