@@ -22,6 +22,7 @@ from tests.reliability.test_store_and_clients import _ndjson_start, _ws_handshak
 FRAMES = 20_000
 PAD = 1000  # ~1 KB a frame: a 20 MB run, ~80 pages
 TRANSPORT_HIGH_WATER = 64 * 1024  # asyncio's default: writing pauses above it
+PAGE_FRAMES = REPLAY_PAGE_BYTES // (PAD + 64)  # frames of ~1 KB in a page (by its bytes)
 
 
 def _frame(run_id: str, seq: int) -> bytes:
@@ -132,8 +133,15 @@ async def test_a_non_reading_ndjson_replay_holds_one_page_and_later_gets_every_f
             lambda: any(h.writing_paused for h in server.connections),
             what="the handler waits for this client",
         )
-        # Stuck in a write for this client, having read a few pages of the run's 80.
-        assert 1 <= sub.replay_pages <= 8
+        # Stuck in a write for this client, having read only what the socket buffers took
+        # (and one page in hand), not the run's ~80 pages.
+        (handler,) = [h for h in server.connections if h.writing_paused]
+        assert handler.transport is not None
+        sndbuf = handler.transport.get_extra_info("socket").getsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF
+        )
+        in_flight = sndbuf + 4096 + TRANSPORT_HIGH_WATER
+        assert 1 <= sub.replay_pages <= in_flight // (PAGE_FRAMES * PAD) + 3
         assert sum(len(i.data) for i in sub._queue if isinstance(i, Delivery)) == 0
         # The client reads at last: every frame, in order, once.
         sock.settimeout(30)
