@@ -14,7 +14,6 @@ from typing import Any, Final, TypeVar
 T = TypeVar("T")
 
 SCHEMA_VERSION: Final = 1
-PAGE_SIZE: Final = 16384
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -70,11 +69,6 @@ def connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA busy_timeout = 5000")
-        # Only a new file takes it (before WAL writes the header). ``frames`` is WITHOUT ROWID,
-        # and such a row keeps at most about a quarter of a page inline: with 4 KiB pages every
-        # frame over ~1 KB spilled into an overflow page of its own (2.5x the bytes on disk, and
-        # slower writes, bench/RESULTS.md); 16 KiB pages keep frames up to ~4 KB inline.
-        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal" and path != ":memory:":
             raise sqlite3.OperationalError(f"cannot switch to WAL (journal_mode={mode})")

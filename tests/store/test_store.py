@@ -434,15 +434,3 @@ async def test_a_full_disk_is_retried_on_the_timer_not_on_every_new_frame(db_pat
         assert [e["event"] for e in logs] == ["store_write_recovered"]
     finally:
         await store.close()
-
-
-async def test_a_new_store_keeps_kilobyte_frames_inline(store: RunStore) -> None:
-    # frames is WITHOUT ROWID: on 4 KiB pages every frame over ~1 KB took an overflow page.
-    rows = await store._call(store_db.select, "PRAGMA page_size")
-    assert rows == [(store_db.PAGE_SIZE,)]
-    await store.create_run(record("r1"))
-    for seq in range(1, 2001):
-        store.append_frame("r1", seq, b"x" * 1500)
-    await store.flush()
-    pages = (await store._call(store_db.select, "PRAGMA page_count"))[0][0]
-    assert pages * store_db.PAGE_SIZE < 2000 * 1500 * 1.5  # not 2.5x the frame bytes
