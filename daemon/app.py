@@ -97,7 +97,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     store_dir = os.path.dirname(config.store.path)
     if store_dir:
         os.makedirs(store_dir, exist_ok=True)
-    store = await RunStore.open(config.store.path)
+    store = await RunStore.open(
+        config.store.path,
+        max_frames=config.limits.max_stored_frames,
+        max_bytes=config.limits.max_stored_bytes,
+    )
     reaper = spawn(reap_orphans_forever(), name="orphan-reaper")
     pruner = spawn(_prune_forever(store, config), name="store-pruner")
     try:
@@ -118,8 +122,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await store.flush()
-        await store.close()
+        await store.close()  # never raises: what a full disk kept it from writing is logged
 
 
 def _start_fanout(config: Config, store: RunStore, hub: Hub) -> Publisher | None:

@@ -95,6 +95,9 @@ class LimitsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     replay_frames: Annotated[int, msgspec.Meta(ge=100, le=10_000_000)] = 50_000
     subscriber_queue: Annotated[int, msgspec.Meta(ge=16, le=1_000_000)] = 1024
     stderr_lines: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+    # What the run store keeps of one run; later frames are delivered live, not stored.
+    max_stored_frames: Annotated[int, msgspec.Meta(ge=1000, le=100_000_000)] = 200_000
+    max_stored_bytes: Annotated[int, msgspec.Meta(ge=1 * MiB, le=64 * 1024 * MiB)] = 128 * MiB
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

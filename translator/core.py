@@ -133,6 +133,18 @@ class Translator(CardRules):
                 self._diagnostic("stderr", count)
         return self._take()
 
+    def frames_not_stored(self, count: int, now: float) -> list[Frame]:
+        """A ``frames_not_stored`` diagnostic when the run store stops keeping this run's frames
+        (its cap): sent at the first one, and the total at the end (``close``)."""
+        if self._closed:
+            return []
+        self._now = now
+        first = "frames_not_stored" not in self._diag
+        self._diag["frames_not_stored"] = count
+        if first:
+            self._diagnostic("frames_not_stored", count)
+        return self._take()
+
     def close(self, outcome: Outcome, now: float) -> list[Frame]:
         """Close every open card, then ``run_result`` (always the last frame of a run)."""
         if self._closed:

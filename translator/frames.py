@@ -21,7 +21,7 @@ OChatPermissionMode = Literal["manual", "auto_approve"]
 ActivityKind = Literal["command", "file_change", "inspect", "search", "tool"]
 ActivityStatus = Literal["running", "completed", "failed"]
 DiagnosticCode = Literal[
-    "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line"
+    "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line", "frames_not_stored"
 ]
 RunStatus = Literal["completed", "failed", "cancelled", "timeout", "interrupted"]
 
@@ -152,6 +152,8 @@ class FinalResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     files_changed: list[str] = msgspec.field(default_factory=list)
     # The end of the CLI's stderr (redacted, bounded), when the run did not complete.
     stderr: str | None = None
+    # Frames the run store did not keep ([limits] cap; they went out live). Left out when none.
+    frames_not_stored: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunResult(_Frame, tag="run_result", frozen=True, kw_only=True):

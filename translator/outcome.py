@@ -50,6 +50,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     signal: int | None = None
     stderr_tail: str = ""  # already redacted and bounded by the daemon
+    frames_not_stored: int = 0  # frames past the run store's cap (delivered live only)
 
 
 _STOPPED: Final[dict[str, RunStatus]] = {
@@ -168,6 +169,7 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
         ),
         files_changed=t.files_changed[:200],
         stderr=_stderr(outcome, limits.stderr_chars) if status != "completed" else None,
+        frames_not_stored=outcome.frames_not_stored or msgspec.UNSET,
     )
     return _fit(result, limits.final_result_bytes)
 
