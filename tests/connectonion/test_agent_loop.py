@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from typing import Any
 
 import pytest
@@ -205,3 +206,31 @@ async def test_a_work_room_follow_up_resumes_the_session_under_the_same_invocati
     ack = await loop.until(lambda e: e.get("type") == "PROVIDER_INPUT_ACK")
     assert (ack["requestId"], ack["accepted"]) == ("request-1", True)
     assert loop.agent.current_session.get("_provider_direct_acknowledged") is True
+
+
+async def test_secrets_a_run_plants_reach_neither_the_io_nor_the_model(loop: Loop) -> None:
+    key = "sk-ant-api03-" + secrets.token_hex(24)
+    bearer = secrets.token_hex(20)
+    workspace = loop.e2e.workspace
+    loop.e2e.stub.main.turns = [
+        tool(
+            "Edit",
+            file_path=str(workspace / "hello.py"),
+            old_string='print("hello world")',
+            new_string=f'KEY = "{key}"\nprint("hello world")',
+        ),
+        tool("Bash", command=f"python3 -c 'print(1)' # Authorization: Bearer {bearer}"),
+        text("Done."),
+    ]
+    loop.model.replies = [
+        call("claude_code", prompt="Add the key to hello.py.", cwd=""),
+        say("Reviewed."),
+    ]
+    assert await loop.ask("Add the key.") == "Reviewed."
+    envelope = envelope_of(loop.model.requests[-1])
+    assert "[redacted]" in envelope["changes"]
+    assert [c["outcome"] for c in envelope["commands"]] == ["completed"]
+    assert key in (workspace / "hello.py").read_text()  # the edit itself happened
+    seen = json.dumps([loop.events(), loop.model.requests, loop.agent.current_session["trace"]])
+    assert key not in seen
+    assert bearer not in seen
