@@ -185,3 +185,13 @@ async def test_agent_stop_returns_the_daemons_cancelled_result(
     assert result["status"] == "cancelled"
     assert result["session_id"]
     assert marked_processes(result["run_id"]) == []
+
+
+async def test_a_bound_mode_the_operator_did_not_allow_is_refused(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The development config leaves "auto" out of [policy] allowed_modes.
+    result = await call_tool(e2e, monkeypatch, mode="auto", prompt="Go.")
+    assert result["status"] == "refused"
+    assert result["error_code"] == "mode_not_allowed"
+    assert e2e.stub.requests == []
