@@ -234,3 +234,35 @@ async def test_secrets_a_run_plants_reach_neither_the_io_nor_the_model(loop: Loo
     seen = json.dumps([loop.events(), loop.model.requests, loop.agent.current_session["trace"]])
     assert key not in seen
     assert bearer not in seen
+
+
+async def test_a_local_agent_without_an_io_shows_each_card_on_its_terminal(
+    loop: Loop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from connectonion import Agent
+
+    from daemon.tool import ClaudeCode
+
+    local = Agent(
+        "local",
+        tools=[ClaudeCode(mode="accept_edits")],
+        model="scripted-model",
+        base_url=loop.model.url,
+        api_key="dummy",
+        log=False,
+        co_dir=loop.e2e.home / ".co",
+    )
+    assert local.io is None
+    loop.e2e.stub.main.turns = [
+        tool("Read", file_path=str(loop.e2e.workspace / "hello.py")),
+        text("It prints hello world."),
+    ]
+    loop.model.replies = [
+        call("claude_code", prompt="What does hello.py print?", cwd=""),
+        say("It prints hello world."),
+    ]
+    assert await asyncio.to_thread(local.input, "Explain hello.py.") == "It prints hello world."
+    out = capsys.readouterr().err  # ConnectOnion's console writes to stderr
+    assert "⎿ Claude Code › Read" in out
+    assert "✓ Claude Code › Read" in out
+    assert "Claude Code: It prints hello world." in out
