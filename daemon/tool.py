@@ -179,7 +179,7 @@ def call_run(
     conn = UnixHTTPConnection(path)
     run_id = ""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    stop = _stop_check(cancelled, deadline)
+    stop = _Stop(cancelled, deadline) if cancelled is not None or deadline is not None else None
     try:
         conn.request(
             "POST",
@@ -195,7 +195,7 @@ def call_run(
             raise http.client.NotConnected("no socket after sending the request")
         if _wait_readable(sock, stop, poll_s) and not _readable_now(sock):
             # Stopped before the daemon even answered: hanging up is the cancel.
-            return _hung_up(conn, "", deadline)
+            return _hung_up(conn, "", stop)
         response = conn.getresponse()
         run_id = response.getheader(RUN_ID_HEADER) or ""
         if not run_id:
@@ -213,16 +213,12 @@ def call_run(
         if answer is not None and answer.get("run_id") == run_id:
             final = answer
         if final is None:
-            return _hung_up(conn, run_id, deadline)
+            return _hung_up(conn, run_id, stop)
         result = _envelope(final)
-        if (
-            deadline is not None
-            and time.monotonic() >= deadline
-            and result["status"] == "cancelled"
-        ):
+        if stop is not None and stop.timed_out and result["status"] == "cancelled":
             result["status"] = "timeout"
-            result["error"] = (
-                f"Claude Code timed out after {timeout_s:g}s; the session can be resumed"
+            result["error"] = f"Claude Code timed out after {timeout_s:g}s" + (
+                "; resume its session_id to go on" if result["session_id"] else ""
             )
         if relay is not None and relay.failures:
             result["relay_failures"] = relay.failures
@@ -257,18 +253,23 @@ def health(path: str = "", timeout: float = 5.0) -> bool:
         conn.close()
 
 
-def _stop_check(
-    cancelled: Callable[[], bool] | None, deadline: float | None
-) -> Callable[[], bool] | None:
-    if cancelled is None and deadline is None:
-        return None
+class _Stop:
+    """The caller's Stop and the call's timeout as one poll; remembers which came first."""
 
-    def stop() -> bool:
-        if deadline is not None and time.monotonic() >= deadline:
+    def __init__(self, cancelled: Callable[[], bool] | None, deadline: float | None) -> None:
+        self._cancelled = cancelled
+        self._deadline = deadline
+        self.timed_out = False
+        self.stopped = False
+
+    def __call__(self) -> bool:
+        if self.stopped:
             return True
-        return cancelled is not None and cancelled()
-
-    return stop
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self.timed_out = self.stopped = True
+        elif self._cancelled is not None and self._cancelled():
+            self.stopped = True
+        return self.stopped
 
 
 def _wait_readable(sock: socket.socket, stop: Callable[[], bool] | None, poll_s: float) -> bool:
@@ -290,10 +291,10 @@ def _readable_now(sock: socket.socket) -> bool:
     return bool(readable)
 
 
-def _hung_up(conn: UnixHTTPConnection, run_id: str, deadline: float | None) -> dict[str, Any]:
+def _hung_up(conn: UnixHTTPConnection, run_id: str, stop: _Stop | None) -> dict[str, Any]:
     """No final word from the daemon: hang up (which cancels a waiting run) and say so."""
     conn.close()
-    timed_out = deadline is not None and time.monotonic() >= deadline
+    timed_out = stop is not None and stop.timed_out
     result = _error_result(
         "timeout" if timed_out else "cancelled",
         "timeout" if timed_out else "cancelled",
