@@ -200,7 +200,9 @@ def call_run(
         run_id = response.getheader(RUN_ID_HEADER) or ""
         if not run_id:
             return _envelope(_decode_answer(response.status, response.read()))
-        final = follow(path, run_id, relay or Relay(None), stop, poll_s, _post_cancel)
+        relay = relay or Relay(None)
+        relay.prompt(run_id, str(body.get("task", "")), body.get("parent"))
+        final = follow(path, run_id, relay, stop, poll_s, _post_cancel)
         if final is None and _wait_readable(sock, stop, poll_s):
             # No frames to follow (the stream failed): the POST's answer is the result.
             _post_cancel(path, run_id)

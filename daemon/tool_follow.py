@@ -23,6 +23,8 @@ CONNECT_TIMEOUT_S: Final = 10.0
 _CANCEL_WAIT_S: Final = 15.0
 # A follower the daemon closed (it lagged) picks up again with after=; a few times at most.
 _RECONNECTS: Final = 5
+# O Chat's bound for a provider message's text.
+_MESSAGE_CHARS: Final = 16000
 _MAX_LINE: Final = 16 * 1024 * 1024
 _MAX_HEAD: Final = 64 * 1024
 _READ: Final = 256 * 1024
@@ -212,6 +214,32 @@ class Relay:
             # Showing progress must never lose the run's result: the model still gets it.
             self.failures += 1
 
+    def prompt(self, run_id: str, text: str, parent: object) -> None:
+        """Show the prompt in the Work Room, as the user's turn (ConnectOnion's tools do too)."""
+        if not isinstance(parent, dict) or not isinstance(parent.get("tool_call_id"), str):
+            return
+        cleaned = text.replace("\x00", "").strip()
+        if not cleaned:
+            return
+        if len(cleaned) > _MESSAGE_CHARS:
+            cleaned = cleaned[: _MESSAGE_CHARS - 1] + "…"
+        session = self._session or {}
+        request_id = session.get("_provider_direct_message_id")
+        # A follow-up's message carries the Host's request id, so the browser can match the
+        # text it sent; a first run's, the run id (stable, unique).
+        key = request_id if isinstance(request_id, str) and request_id else run_id
+        self.frame(
+            {
+                "type": "provider_message",
+                "provider": "claude_code",
+                "invocationId": "claude_code:" + parent["tool_call_id"],
+                "parentToolCallId": parent["tool_call_id"],
+                "messageId": f"user:{key}"[:512],
+                "role": "user",
+                "text": cleaned,
+            }
+        )
+
     def _acknowledge(self) -> None:
         """A Work Room follow-up: tell the Host the provider turn started (once)."""
         if self._acknowledged:
@@ -253,7 +281,11 @@ class Relay:
             took = f" ({timing / 1000:.1f}s)" if isinstance(timing, int | float) else ""
             error = frame.get("error")
             line = f"  {mark} {name}{took}" + (f": {error}" if error else "")
-        elif kind == "provider_message" and isinstance(frame.get("text"), str):
+        elif (
+            kind == "provider_message"
+            and frame.get("role") == "assistant"
+            and isinstance(frame.get("text"), str)
+        ):
             first = frame["text"].strip().splitlines()
             line = f"  Claude Code: {first[0][:200]}" if first else ""
         else:

@@ -83,6 +83,11 @@ async def test_cards_reach_the_agents_io_live_and_the_model_reviews_the_diff_fro
     assert answer == "Done: completed"
     events = loop.events()
     assert not any(e.get("type") in ("run_result", "diagnostic") for e in events)
+    # The Work Room's conversation opens with the prompt, as ConnectOnion's own tool does it.
+    (asked,) = {
+        e["text"] for e in events if e.get("type") == "provider_message" and e["role"] == "user"
+    }
+    assert asked == "Make hello.py say hello there, then run it."
     # The model got the envelope, review evidence included: no other tool call was needed.
     envelope = envelope_of(loop.model.requests[-1])
     assert envelope["provider"] == "claude_code"
@@ -203,6 +208,11 @@ async def test_a_work_room_follow_up_resumes_the_session_under_the_same_invocati
     followed = [e for e in loop.events() if e.get("run_id") == second["run_id"]]
     assert followed
     assert {e.get("invocationId") for e in followed} == {INVOCATION}
+    typed = [e for e in loop.events() if e.get("messageId") == "user:request-1"]
+    assert typed
+    assert {(e["invocationId"], e["role"], e["text"]) for e in typed} == {
+        (INVOCATION, "user", "What was the word?")
+    }
     ack = await loop.until(lambda e: e.get("type") == "PROVIDER_INPUT_ACK")
     assert (ack["requestId"], ack["accepted"]) == ("request-1", True)
     assert loop.agent.current_session.get("_provider_direct_acknowledged") is True

@@ -502,7 +502,8 @@ def test_a_local_agent_sees_each_card_on_its_console() -> None:
     relay.frame({**CARD, "summary": "Run: ls [x]"})
     relay.frame({**CARD, "type": "tool_result", "seq": 2, "status": "completed", "timing_ms": 1500})
     relay.frame({**CARD, "type": "tool_result", "seq": 3, "status": "failed", "error": "boom"})
-    relay.frame({"type": "provider_message", "seq": 4, "text": "All done.\nMore."})
+    relay.frame({"type": "provider_message", "role": "assistant", "text": "All done.\nMore."})
+    relay.prompt("run-1", "the prompt", {"tool_call_id": "call_1"})  # the user's: not echoed
     relay.frame({"type": "provider_activity", "seq": 5})
     assert agent.printed == [
         "  ⎿ Claude Code › Bash  Run: ls \\[x]",
@@ -510,6 +511,27 @@ def test_a_local_agent_sees_each_card_on_its_console() -> None:
         "  ✗ Claude Code › Bash: boom",
         "  Claude Code: All done.",
     ]
+
+
+def test_the_prompt_opens_the_work_rooms_conversation() -> None:
+    io = _IO()
+    agent = _Agent(io)
+    relay = tool_follow.Relay(agent)
+    relay.prompt("run-1", "  Fix it.\x00 ", {"tool_call_id": "call_1"})
+    relay.prompt("run-1", "x" * 20000, {"tool_call_id": "call_1"})
+    relay.prompt("run-1", "   ", {"tool_call_id": "call_1"})  # nothing to show
+    relay.prompt("run-1", "Fix it.", None)  # no Work Room
+    first, long = io.live
+    assert first == {
+        "type": "provider_message",
+        "provider": "claude_code",
+        "invocationId": "claude_code:call_1",
+        "parentToolCallId": "call_1",
+        "messageId": "user:run-1",
+        "role": "user",
+        "text": "Fix it.",
+    }
+    assert len(long["text"]) == 16000
 
 
 def test_a_failing_io_never_loses_the_run() -> None:
