@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Literal, get_args
 
-from daemon.tool_follow import Relay, follow
+from daemon.tool_follow import CANCEL_WAIT_S, CONNECT_TIMEOUT_S, Relay, follow
 
 Mode = Literal["safe", "accept_edits", "plan", "auto"]
 MODES: Final = frozenset(get_args(Mode))
@@ -36,12 +36,8 @@ DEFAULT_SOCKET: Final = "var/codelegate.sock"
 SOCKET_ENV: Final = "CODELEGATE_SOCKET"
 RUN_ID_HEADER: Final = "X-Codelegate-Run-Id"
 INVOCATION_PREFIX: Final = "claude_code:"
-_CONNECT_TIMEOUT_S: Final = 10.0
 # How often a waiting call looks at the agent's Stop; it costs one select() per tick.
 _POLL_S: Final = 0.25
-# After asking the daemon to cancel, how long to wait for its "cancelled" result (which carries
-# the session id, so the agent can resume) before giving up on it.
-_CANCEL_WAIT_S: Final = 15.0
 # Statuses the daemon answers with before a run starts: the request itself was refused.
 _REFUSED: Final = frozenset({400, 403, 404, 409, 413, 429})
 
@@ -49,7 +45,7 @@ _REFUSED: Final = frozenset({400, 403, 404, 409, 413, 429})
 class UnixHTTPConnection(http.client.HTTPConnection):
     """``http.client`` over a Unix stream socket; the Host header is only a placeholder."""
 
-    def __init__(self, socket_path: str, timeout: float = _CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, socket_path: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         super().__init__("codelegate", timeout=timeout)
         self.socket_path = socket_path
 
@@ -207,7 +203,7 @@ def call_run(
             # No frames to follow (the stream failed): the POST's answer is the result.
             _post_cancel(path, run_id)
         # The same result is the body of the POST: read it, so the daemon's answer completes.
-        sock.settimeout(_CANCEL_WAIT_S)
+        sock.settimeout(CANCEL_WAIT_S)
         try:
             answer = _decode_answer(response.status, response.read())
         except (OSError, http.client.HTTPException):

@@ -20,7 +20,7 @@ from typing import Any, Final
 DAEMON_ONLY: Final = frozenset({"run_result", "diagnostic"})
 CONNECT_TIMEOUT_S: Final = 10.0
 # Once the run is cancelled, how long its "cancelled" result (with the session id) may take.
-_CANCEL_WAIT_S: Final = 15.0
+CANCEL_WAIT_S: Final = 15.0
 # A follower the daemon closed (it lagged) picks up again with after=; a few times at most.
 _RECONNECTS: Final = 5
 # O Chat's bound for a provider message's text.
@@ -55,7 +55,7 @@ def follow(
                 if give_up_at is None and stop is not None and stop():
                     # Refused only when the run already ended: its result is on the way anyway.
                     cancel(path, run_id)
-                    give_up_at = time.monotonic() + _CANCEL_WAIT_S
+                    give_up_at = time.monotonic() + CANCEL_WAIT_S
                 if give_up_at is not None and time.monotonic() > give_up_at:
                     return None
                 frames = stream.frames(poll_s)
