@@ -38,6 +38,7 @@ from translator.redact import (
     clean_text,
     clean_value,
 )
+from translator.review import Review
 from translator.summary import (
     FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
@@ -121,6 +122,7 @@ class CardRules:
     _held_count: int
     _denials: dict[str, PermissionDenial]
     _files: dict[str, None]
+    review: Review
     _invocation: str | None
     _parent: str | None
     _count: Callable[..., None]
@@ -198,6 +200,7 @@ class CardRules:
                 summary=bound_chars(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
             )
         )
+        self.review.observe(self._out[-1])
         if self._invocation is not None:
             self._activity(card, "running")
         held = self._held.pop(use_id, None) if self._held else None
@@ -353,6 +356,7 @@ class CardRules:
                 parent_tool_id=card.parent_tool_id,
             )
         )
+        self.review.observe(self._out[-1])
         if self._invocation is not None:
             self._activity(card, "completed" if ok else "failed")
 

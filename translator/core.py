@@ -31,6 +31,7 @@ from translator.frames import (
 )
 from translator.lines import LineSplitter
 from translator.outcome import Limits, Outcome, RunContext, final_result, invocation_end
+from translator.review import Review
 
 __all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
 
@@ -79,6 +80,7 @@ class Translator(CardRules):
         self._last_result: wire.Result | None = None
         self._denials: dict[str, PermissionDenial] = {}
         self._files: dict[str, None] = {}
+        self.review = Review(ctx.cwd)
         self.tools_started = self.tools_completed = self.tools_failed = 0
         self._revision = 0
         self._diag: dict[DiagnosticCode, int] = {}

@@ -143,6 +143,7 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
     """The run's one result: last ``result`` line, outcome, cards (PLAN "Final status rules")."""
     limits = t.limits
     last = t.last_result
+    changes, commands, commands_omitted = t.review.evidence(limits.final_result_bytes)
     if outcome.reason in _STOPPED:
         status: RunStatus = _STOPPED[outcome.reason]
         error: str | None = _STOP_ERRORS[outcome.reason]
@@ -168,6 +169,9 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
             started=t.tools_started, completed=t.tools_completed, failed=t.tools_failed
         ),
         files_changed=t.files_changed[:200],
+        changes=changes,
+        commands=commands,
+        commands_omitted=commands_omitted,
         stderr=_stderr(outcome, limits.stderr_chars) if status != "completed" else None,
         frames_not_stored=outcome.frames_not_stored or msgspec.UNSET,
     )

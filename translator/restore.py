@@ -27,6 +27,7 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
     changed: dict[str, str | None] = {}
     for frame in frames:
         t.seq = max(t.seq, frame.seq)
+        t.review.observe(frame)
         if frame.child_session_id:
             t.session_id = frame.child_session_id
         if isinstance(frame, ToolCall):
