@@ -28,16 +28,9 @@ from translator.frames import (
     ToolResult,
     frame_id,
 )
-from translator.outcome import Limits, RunContext
+from translator.outcome import NAME_CHARS, Limits, RunContext
 from translator.patch import creation_diff, unified_diff
-from translator.redact import (
-    bound_chars,
-    bound_text,
-    clean_chars,
-    clean_flat,
-    clean_text,
-    clean_value,
-)
+from translator.redact import Redactor, bound_chars, bound_text
 from translator.summary import (
     FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
@@ -112,6 +105,7 @@ class CardRules:
     tools_completed: int
     tools_failed: int
     _run_id: str
+    _redactor: Redactor
     _now: float
     _out: list[Frame]
     _cards: dict[str, Card]
@@ -124,6 +118,7 @@ class CardRules:
     _invocation: str | None
     _parent: str | None
     _count: Callable[..., None]
+    _said: Callable[..., str]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
 
@@ -138,8 +133,8 @@ class CardRules:
             kind = block.type
             if kind == "tool_use":
                 if block.id and block.id not in self._seen:
-                    # A tool's name is short; bounded anyway, as it goes into every frame.
-                    tool = (block.name or _UNKNOWN_TOOL)[:128]
+                    # The model chooses the name: it goes into every frame of the card.
+                    tool = self._said(block.name or _UNKNOWN_TOOL, NAME_CHARS)
                     self._open(block.id, tool, block.input, parent)
             elif kind == "text" and block.text:
                 self._message(block.text, parent)
@@ -155,21 +150,27 @@ class CardRules:
     def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
         self._seen.add(use_id)
         limits = self.limits
+        redactor = self._redactor
         args: object = (
-            clean_flat(raw_args, limits.arg_bytes, limits.items) if type(raw_args) is dict else None
+            redactor.clean_flat(raw_args, limits.arg_bytes, limits.items)
+            if type(raw_args) is dict
+            else None
         )
         if args is None:
-            args = clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
+            args = redactor.clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
-            args = _shrink_args(args, limits.arg_bytes)
+            args = _shrink_args(redactor, args, limits.arg_bytes)
+        changed = changed_path(tool, raw_args, self.ctx.cwd)
         card = Card(
             use_id,
             tool,
             TOOL_PREFIX + parent if parent else None,
             self._now,
             args,
-            changed_path(tool, raw_args, self.ctx.cwd),
+            # From the raw input (the cleaned args may be cut), so redacted here: it goes into
+            # files_changed and the activity's files.
+            self._said(changed) if changed is not None else None,
         )
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
@@ -264,7 +265,9 @@ class CardRules:
         if tool_id not in self._denials:
             self._denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
-                name=wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL),
+                name=self._said(
+                    wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL)
+                ),
                 input=card.args if card else None,
             )
 
@@ -284,7 +287,9 @@ class CardRules:
                 summary=wire.text(event.description),
                 tool_uses=usage.tool_uses,
                 total_tokens=usage.total_tokens,
-                last_tool_name=wire.text(event.last_tool_name),
+                last_tool_name=self._said(last)
+                if (last := wire.text(event.last_tool_name))
+                else None,
             )
             return
         if not card.background:
@@ -325,6 +330,7 @@ class CardRules:
     ) -> None:
         del self._cards[card.use_id]
         limits = self.limits
+        redactor = self._redactor
         if ok:
             self.tools_completed += 1
             if card.changed is not None:
@@ -345,11 +351,13 @@ class CardRules:
                 tool_id=card.tool_id,
                 name=card.name,
                 status="completed" if ok else "failed",
-                result=clean_text(text, limits.result_bytes),
+                result=redactor.clean_text(text, limits.result_bytes),
                 timing_ms=max(int((self._now - card.started) * 1000), 0),
-                error=clean_chars(error, limits.error_chars) if error is not None else None,
+                error=redactor.clean_chars(error, limits.error_chars)
+                if error is not None
+                else None,
                 error_type=error_type,
-                diff=clean_text(diff, limits.result_bytes) if diff is not None else None,
+                diff=redactor.clean_text(diff, limits.result_bytes) if diff is not None else None,
                 parent_tool_id=card.parent_tool_id,
             )
         )
@@ -364,7 +372,9 @@ class CardRules:
             tool_id=card.tool_id,
             name=card.name,
             elapsed_ms=max(elapsed_ms, 0),
-            summary=clean_chars(summary, self.limits.summary_chars) if summary else None,
+            summary=self._redactor.clean_chars(summary, self.limits.summary_chars)
+            if summary
+            else None,
             **counters,
         )
 
@@ -384,7 +394,7 @@ class CardRules:
                 invocationId=self._invocation,
                 parentToolCallId=self._parent,
                 role="assistant",
-                text=clean_chars(text, self.limits.text_chars),
+                text=self._redactor.clean_chars(text, self.limits.text_chars),
                 parent_tool_id=TOOL_PREFIX + parent if parent else None,
             )
         )
@@ -417,10 +427,10 @@ def _tool_use_result(raw: msgspec.Raw) -> wire.ToolUseResult | None:
         return None  # a string, or a shape of another tool: no details
 
 
-def _shrink_args(args: object, limit: int) -> object:
+def _shrink_args(redactor: Redactor, args: object, limit: int) -> object:
     # Too big even with each string bounded: shorter strings first, then the JSON text itself.
     for cap in (limit // 4, limit // 16, 64):
-        smaller = clean_value(args, string_bytes=cap, depth=4, items=16)
+        smaller = redactor.clean_value(args, string_bytes=cap, depth=4, items=16)
         if len(_args_encoder.encode(smaller)) <= limit:
             return smaller
     # Then the JSON text itself, as a string (escaping makes its encoding longer: shrink to fit).

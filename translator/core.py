@@ -31,9 +31,12 @@ from translator.frames import (
 )
 from translator.lines import LineSplitter
 from translator.outcome import Limits, Outcome, RunContext, final_result, invocation_end
+from translator.redact import PLAIN, Redactor
 
 __all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
 
+# The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
+_SAID_CHARS: Final = 1024
 # O Chat drops invocation frames whose ids do not match this (chat-item-mapper.ts).
 _AGENT_IO_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}")
 _END_ERROR_TYPES: Final[dict[str, ErrorType]] = {
@@ -58,10 +61,14 @@ _PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 class Translator(CardRules):
     """The state machine of one run. See the module docstring and PLAN's interface."""
 
-    def __init__(self, ctx: RunContext, limits: Limits | None = None) -> None:
+    def __init__(
+        self, ctx: RunContext, limits: Limits | None = None, redactor: Redactor | None = None
+    ) -> None:
         self.ctx = ctx
         self._run_id = ctx.run_id
         self.limits = limits = limits or Limits()
+        # The run's redactor: it knows the credentials the daemon passed to this run's CLI.
+        self._redactor = redactor or PLAIN
         self.seq = 0
         self.session_id: str | None = ctx.session_id
         self.result: FinalResult | None = None
@@ -175,12 +182,16 @@ class Translator(CardRules):
 
     @classmethod
     def restore(
-        cls, ctx: RunContext, frames: Iterable[Frame], limits: Limits | None = None
+        cls,
+        ctx: RunContext,
+        frames: Iterable[Frame],
+        limits: Limits | None = None,
+        redactor: Redactor | None = None,
     ) -> Translator:
         """A translator in the state the stored ``frames`` of a run leave (daemon restart)."""
         from translator.restore import restore_into
 
-        translator = cls(ctx, limits)
+        translator = cls(ctx, limits, redactor)
         restore_into(translator, frames)
         return translator
 
@@ -322,7 +333,13 @@ class Translator(CardRules):
             errorSummary=error,
         )
 
+    def _said(self, text: str, limit: int = _SAID_CHARS) -> str:
+        """A short string the CLI or the model chose (a tool name, a path, a session id), as a
+        frame may carry it: every such string goes through here."""
+        return self._redactor.clean_chars(text, limit)
+
     def _session(self, session_id: str | None) -> None:
+        session_id = self._said(session_id) if session_id else None
         if not session_id or session_id == self._cli_session:
             return
         self._cli_session = session_id
