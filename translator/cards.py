@@ -105,7 +105,7 @@ class CardRules:
     tools_completed: int
     tools_failed: int
     _run_id: str
-    _redactor: Redactor
+    redactor: Redactor
     _now: float
     _out: list[Frame]
     _cards: dict[str, Card]
@@ -150,7 +150,7 @@ class CardRules:
     def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
         self._seen.add(use_id)
         limits = self.limits
-        redactor = self._redactor
+        redactor = self.redactor
         args: object = (
             redactor.clean_flat(raw_args, limits.arg_bytes, limits.items)
             if type(raw_args) is dict
@@ -330,7 +330,7 @@ class CardRules:
     ) -> None:
         del self._cards[card.use_id]
         limits = self.limits
-        redactor = self._redactor
+        redactor = self.redactor
         if ok:
             self.tools_completed += 1
             if card.changed is not None:
@@ -372,7 +372,7 @@ class CardRules:
             tool_id=card.tool_id,
             name=card.name,
             elapsed_ms=max(elapsed_ms, 0),
-            summary=self._redactor.clean_chars(summary, self.limits.summary_chars)
+            summary=self.redactor.clean_chars(summary, self.limits.summary_chars)
             if summary
             else None,
             **counters,
@@ -394,7 +394,7 @@ class CardRules:
                 invocationId=self._invocation,
                 parentToolCallId=self._parent,
                 role="assistant",
-                text=self._redactor.clean_chars(text, self.limits.text_chars),
+                text=self.redactor.clean_chars(text, self.limits.text_chars),
                 parent_tool_id=TOOL_PREFIX + parent if parent else None,
             )
         )

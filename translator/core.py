@@ -68,7 +68,7 @@ class Translator(CardRules):
         self._run_id = ctx.run_id
         self.limits = limits = limits or Limits()
         # The run's redactor: it knows the credentials the daemon passed to this run's CLI.
-        self._redactor = redactor or PLAIN
+        self.redactor = redactor or PLAIN
         self.seq = 0
         self.session_id: str | None = ctx.session_id
         self.result: FinalResult | None = None
@@ -336,7 +336,7 @@ class Translator(CardRules):
     def _said(self, text: str, limit: int = _SAID_CHARS) -> str:
         """A short string the CLI or the model chose (a tool name, a path, a session id), as a
         frame may carry it: every such string goes through here."""
-        return self._redactor.clean_chars(text, limit)
+        return self.redactor.clean_chars(text, limit)
 
     def _session(self, session_id: str | None) -> None:
         session_id = self._said(session_id) if session_id else None

@@ -137,7 +137,7 @@ def _denials(t: Translator) -> list[PermissionDenial]:
                 denials[tool_id] = PermissionDenial(
                     tool_id=tool_id,
                     name=t._said(denial.tool_name or "unknown", NAME_CHARS),
-                    input=t._redactor.clean_value(
+                    input=t.redactor.clean_value(
                         denial.tool_input, string_bytes=t.limits.arg_bytes // 4
                     ),
                 )
@@ -147,7 +147,7 @@ def _denials(t: Translator) -> list[PermissionDenial]:
 def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
     """The run's one result: last ``result`` line, outcome, cards (PLAN "Final status rules")."""
     limits = t.limits
-    redactor = t._redactor
+    redactor = t.redactor
     last = t.last_result
     if outcome.reason in _STOPPED:
         status: RunStatus = _STOPPED[outcome.reason]

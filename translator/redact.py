@@ -340,6 +340,24 @@ class Redactor:
         red = redact(text[:precut])[:-_UNSURE]
         return bound_chars(red, limit, dropped=len(text) - len(red), settle=redact)
 
+    def clean_lines(self, lines: Iterable[tuple[str, bool]], limit: int) -> str:
+        """The last ``limit`` characters of ``(line, was_cut)`` pairs joined as one text (stderr).
+
+        The lines are redacted as one text, so that a secret spread over lines (a PEM key) is
+        masked whole, and only then cut. A line that was cut lost its end: a secret the cut went
+        through may be too short to be recognised, so its last characters are dropped after
+        redaction (as :meth:`clean_text` does), and it ends with ``" …[cut]"``.
+        """
+        # A cut is marked so that redaction cannot take it for part of a value: after a newline
+        # (no bare or quoted value spans one) and "[" (no value starts with one), with a NUL no
+        # line keeps (the daemon never passes a NUL in a value, so no known value holds one).
+        text = "\n".join(
+            line.replace("\0", "\ufffd") + _LINE_CUT if cut else line.replace("\0", "\ufffd")
+            for line, cut in lines
+        )
+        red = _UNSURE_BEFORE_CUT.sub(" …[cut]", self.text(text))
+        return red[-limit:] if limit > 0 else ""
+
     def clean_flat(
         self, value: dict[Any, Any], string_bytes: int, items: int
     ) -> dict[Any, Any] | None:
@@ -431,6 +449,8 @@ class Redactor:
 # How far past a bound a text is redacted before it is cut, and how much of that is dropped.
 _MARGIN: Final = 512
 _UNSURE: Final = 256
+_LINE_CUT: Final = "\n[\0]"
+_UNSURE_BEFORE_CUT: Final = re.compile(rf"[^\n]{{0,{_UNSURE}}}\n\[\0\]")
 
 
 def cut_marker(cut_bytes: int) -> str:
