@@ -30,7 +30,14 @@ from translator.frames import (
     frame_id,
 )
 from translator.lines import LineSplitter
-from translator.outcome import Limits, Outcome, RunContext, final_result, invocation_end
+from translator.outcome import (
+    NAME_CHARS,
+    Limits,
+    Outcome,
+    RunContext,
+    final_result,
+    invocation_end,
+)
 from translator.redact import PLAIN, Redactor
 
 __all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
@@ -69,6 +76,7 @@ class Translator(CardRules):
         self.limits = limits = limits or Limits()
         # The run's redactor: it knows the credentials the daemon passed to this run's CLI.
         self.redactor = redactor or PLAIN
+        self._said_cache: dict[str, str] = {}
         self.seq = 0
         self.session_id: str | None = ctx.session_id
         self.result: FinalResult | None = None
@@ -336,7 +344,15 @@ class Translator(CardRules):
     def _said(self, text: str, limit: int = _SAID_CHARS) -> str:
         """A short string the CLI or the model chose (a tool name, a path, a session id), as a
         frame may carry it: every such string goes through here."""
-        return self.redactor.clean_chars(text, limit)
+        said = self._said_cache.get(text)
+        if said is not None:
+            return said
+        said = self.redactor.clean_chars(text, limit)
+        # Tool names repeat on every call: remember the short ones, which no bound cuts (so the
+        # answer is the same whatever the limit).
+        if len(said) <= NAME_CHARS and len(text) <= NAME_CHARS and len(self._said_cache) < 1024:
+            self._said_cache[text] = said
+        return said
 
     def _session(self, session_id: str | None) -> None:
         session_id = self._said(session_id) if session_id else None

@@ -23,7 +23,10 @@ BASE = "http://codelegate"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_config(state: Path, workspace: Path, claude: str = FAKE_CLAUDE, extra: str = "") -> Path:
+def write_config(
+    state: Path, workspace: Path, claude: str = FAKE_CLAUDE, extra: str = "", policy: str = ""
+) -> Path:
+    """A config for ``serve``; ``policy`` is more ``[policy]`` lines, ``extra`` more tables."""
     path = state / "codelegate.toml"
     path.write_text(
         "[server]\n"
@@ -32,8 +35,7 @@ def write_config(state: Path, workspace: Path, claude: str = FAKE_CLAUDE, extra:
         f"path = {json.dumps(claude)}\n"
         "[policy]\n"
         f"workspaces = [{json.dumps(str(workspace))}]\n"
-        "cancel_grace_s = 0.5\n"
-        "[store]\n"
+        "cancel_grace_s = 0.5\n" + policy + "[store]\n"
         f"path = {json.dumps(str(state / 'store.db'))}\n" + extra
     )
     return path

@@ -10,7 +10,6 @@ import base64
 import json
 import string
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 from hypothesis import assume, given, settings
@@ -20,6 +19,7 @@ from tests.translator.helpers import (
     EXITED,
     assistant,
     context,
+    encode,
     line,
     result_line,
     tool_result,
@@ -36,28 +36,6 @@ ANY_VALUE = st.text(
 )
 AROUND = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
 ENCODINGS = ("raw", "base64", "urlsafe_base64", "hex", "HEX", "json", "url")
-
-
-def encode(value: str, how: str, before: bytes, after: bytes) -> tuple[str, str]:
-    """The text ``value`` appears as when encoded ``how`` among other bytes, and the part of that
-    text that comes from the value alone (what must not survive)."""
-    raw = value.encode()
-    if how in ("base64", "urlsafe_base64"):
-        blob = base64.b64encode(before + raw + after).decode()
-        if how == "urlsafe_base64":
-            blob = blob.replace("+", "-").replace("/", "_")
-        # The characters whose 6 bits all lie within the value's bytes.
-        first, last = -(-8 * len(before) // 6), (8 * (len(before) + len(raw))) // 6
-        return blob, blob[first:last]
-    if how in ("hex", "HEX"):
-        blob = raw.hex() if how == "hex" else raw.hex().upper()
-        return blob, blob
-    if how == "json":
-        blob = json.dumps({"v": value})
-        return blob, json.dumps(value)[1:-1]
-    if how == "url":
-        return f"https://h/?q={quote(value, safe='')}", quote(value, safe="")
-    return value, value
 
 
 @settings(max_examples=300)
