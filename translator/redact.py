@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import quote
@@ -254,12 +255,15 @@ class Redactor:
     calls every other method goes through.
     """
 
-    __slots__ = ("_keys", "_known", "_lows", "screen", "text")
+    __slots__ = ("_keys", "_known", "_lens", "_lows", "screen", "text")
 
     def __init__(self, known: Iterable[str] = ()) -> None:
         forms = known_forms(known)
         self._keys: dict[str, tuple[str, bool]] = {}
-        self._lows = tuple(sorted({form.lower() for form in forms}))
+        # Shortest first: a text is looked through only for the forms that fit in it (most texts
+        # are shorter than any credential, and cost one comparison).
+        self._lows = tuple(sorted({form.lower() for form in forms}, key=lambda f: (len(f), f)))
+        self._lens = tuple(len(form) for form in self._lows)
         # Longest first, so that a value is masked whole rather than by a shorter form in it.
         ordered = sorted(forms, key=lambda form: (-len(form), form))
         self._known = re.compile("|".join(map(re.escape, ordered))) if forms else None
@@ -272,14 +276,14 @@ class Redactor:
         # A loop, not any(): this runs on every text, and a generator costs more than the test.
         if _may_hold_a_secret(low):
             return True
-        for form in self._lows:  # noqa: SIM110
+        for form in self._lows[: bisect_right(self._lens, len(low))]:  # noqa: SIM110
             if form in low:
                 return True
         return False
 
     def _text_known(self, text: str) -> str:
         low = text.lower()
-        for form in self._lows:
+        for form in self._lows[: bisect_right(self._lens, len(low))]:
             if form in low:
                 break
         else:
