@@ -76,10 +76,11 @@ class Card:
         started: float,
         args: object,
         changed: str | None,
+        tool_id: str | None = None,
     ) -> None:
         self.use_id = use_id
         self.tool = tool
-        self.tool_id = TOOL_PREFIX + use_id
+        self.tool_id = tool_id or TOOL_PREFIX + use_id
         self.name = NAME_PREFIX + tool
         self.parent_tool_id = parent_tool_id
         self.kind: ActivityKind = activity_kind(tool)
@@ -119,6 +120,7 @@ class CardRules:
     _parent: str | None
     _count: Callable[..., None]
     _said: Callable[..., str]
+    _tool_id: Callable[[str], str]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
 
@@ -165,12 +167,13 @@ class CardRules:
         card = Card(
             use_id,
             tool,
-            TOOL_PREFIX + parent if parent else None,
+            self._tool_id(parent) if parent else None,
             self._now,
             args,
             # From the raw input (the cleaned args may be cut), so redacted here: it goes into
             # files_changed and the activity's files.
             self._said(changed) if changed is not None else None,
+            self._tool_id(use_id),
         )
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
@@ -261,7 +264,7 @@ class CardRules:
         card = self._cards.get(use_id)
         if card is not None:
             card.denied = reason
-        tool_id = TOOL_PREFIX + use_id
+        tool_id = self._tool_id(use_id)
         if tool_id not in self._denials:
             self._denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
@@ -395,7 +398,7 @@ class CardRules:
                 parentToolCallId=self._parent,
                 role="assistant",
                 text=self.redactor.clean_chars(text, self.limits.text_chars),
-                parent_tool_id=TOOL_PREFIX + parent if parent else None,
+                parent_tool_id=self._tool_id(parent) if parent else None,
             )
         )
 

@@ -77,6 +77,7 @@ class Translator(CardRules):
         # The run's redactor: it knows the credentials the daemon passed to this run's CLI.
         self.redactor = redactor or PLAIN
         self._said_cache: dict[str, str] = {}
+        self._tool_ids: dict[str, str] = {}  # the CLI's tool_use id -> the frames' tool_id
         self.seq = 0
         self.session_id: str | None = ctx.session_id
         self.result: FinalResult | None = None
@@ -353,6 +354,22 @@ class Translator(CardRules):
         if len(said) <= NAME_CHARS and len(text) <= NAME_CHARS and len(self._said_cache) < 1024:
             self._said_cache[text] = said
         return said
+
+    def _tool_id(self, use_id: str) -> str:
+        """The frame id of the CLI's tool call ``use_id``: redacted like any string it chose, and
+        still one id per call (two masked ids must not name the same card)."""
+        tool_id = self._tool_ids.get(use_id)
+        if tool_id is not None:  # a parent, asked for by each line of its subagent
+            return tool_id
+        if len(use_id) <= NAME_CHARS and not self.redactor.screen(use_id.lower()):
+            said = use_id  # the common case: nothing to mask, nothing to cut
+        else:
+            said = self.redactor.clean_chars(use_id, _SAID_CHARS)
+            if said != use_id:
+                said += f".{len(self._tool_ids) + 1}"
+        # Like _seen, one entry per tool call of the run.
+        self._tool_ids[use_id] = tool_id = TOOL_PREFIX + said
+        return tool_id
 
     def _session(self, session_id: str | None) -> None:
         session_id = self._said(session_id) if session_id else None

@@ -132,8 +132,10 @@ def _denials(t: Translator) -> list[PermissionDenial]:
         except msgspec.MsgspecError:
             listed = []
         for denial in listed:
-            tool_id = "claude:" + (denial.tool_use_id or "")
-            if denial.tool_use_id and tool_id not in denials:
+            if not denial.tool_use_id:
+                continue
+            tool_id = t._tool_id(denial.tool_use_id)
+            if tool_id not in denials:
                 denials[tool_id] = PermissionDenial(
                     tool_id=tool_id,
                     name=t._said(denial.tool_name or "unknown", NAME_CHARS),

@@ -26,7 +26,7 @@ from tests.translator.helpers import (
     tool_use,
 )
 from translator import Outcome, Translator
-from translator.frames import ProviderActivity, encode_frame
+from translator.frames import ProviderActivity, ToolCall, encode_frame
 from translator.redact import MASK, PLAIN, Redactor, known_forms
 
 TOKEN = st.text(string.ascii_letters + string.digits + "-_", min_size=16, max_size=48)
@@ -267,3 +267,29 @@ def test_a_known_value_on_stderr_never_survives(
     assert core not in tail
     assert "\0" not in tail
     assert Redactor([value]).clean_lines(lines, 0) == ""
+
+
+@settings(max_examples=50)
+@given(st.lists(st.from_regex(r"ghp_[A-Za-z0-9]{36}", fullmatch=True), min_size=2, max_size=4))
+def test_tool_ids_the_cli_reports_are_redacted_and_stay_distinct(ids: list[str]) -> None:
+    assume(len(set(ids)) == len(ids))
+    parent, *children = ids
+    lines = [
+        assistant(tool_use(parent, "Task", description="d", prompt="p")),
+        *(assistant(tool_use(i, "Read", file_path="a"), parent=parent) for i in children),
+        line(type="system", subtype="permission_denied", tool_use_id=children[0], tool_name="Read"),
+        *(tool_result(i, "ok", parent=parent) for i in children),
+        result_line(
+            permission_denials=[{"tool_name": "Read", "tool_use_id": i} for i in ids],
+        ),
+    ]
+    translator = Translator(context())
+    frames = translator.start(1000.0) + translator.receive_data(b"".join(lines), 1001.0)
+    frames += translator.close(EXITED, 1002.0)
+    text = frames_text(frames)
+    assert not any(i in text for i in ids)
+    calls = [f for f in frames if isinstance(f, ToolCall)]
+    assert len({f.tool_id for f in calls}) == len(ids)
+    assert {f.parent_tool_id for f in calls[1:]} == {calls[0].tool_id}
+    assert translator.result is not None
+    assert len(translator.result.permission_denials) == len(ids)
