@@ -121,6 +121,7 @@ class CardRules:
     _count: Callable[..., None]
     _said: Callable[..., str]
     _tool_id: Callable[[str], str]
+    _tool_ids: dict[str, str]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
 
@@ -154,12 +155,16 @@ class CardRules:
         limits = self.limits
         redactor = self.redactor
         args: object = (
-            redactor.clean_flat(raw_args, limits.arg_bytes, limits.items)
-            if type(raw_args) is dict
+            redactor.clean_flat(raw_args, limits.arg_bytes, limits.items, use_id)
+            if type(raw_args) is dict and len(use_id) <= NAME_CHARS
             else None
         )
         if args is None:
             args = redactor.clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
+            tool_id = self._tool_id(use_id)
+        else:
+            # The same screen found nothing to mask in the id either: it is its own frame id.
+            tool_id = self._tool_ids[use_id] = TOOL_PREFIX + use_id
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
             args = _shrink_args(redactor, args, limits.arg_bytes)
@@ -173,7 +178,7 @@ class CardRules:
             # From the raw input (the cleaned args may be cut), so redacted here: it goes into
             # files_changed and the activity's files.
             self._said(changed) if changed is not None else None,
-            self._tool_id(use_id),
+            tool_id,
         )
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
