@@ -28,15 +28,12 @@ from translator.frames import (
     ToolResult,
     frame_id,
 )
-from translator.outcome import Limits, RunContext
+from translator.outcome import NAME_CHARS, Limits, RunContext
 from translator.patch import creation_diff, unified_diff
 from translator.redact import (
+    Redactor,
     bound_chars,
     bound_text,
-    clean_chars,
-    clean_flat,
-    clean_text,
-    clean_value,
 )
 from translator.review import Review
 from translator.summary import (
@@ -84,10 +81,11 @@ class Card:
         started: float,
         args: object,
         changed: str | None,
+        tool_id: str | None = None,
     ) -> None:
         self.use_id = use_id
         self.tool = tool
-        self.tool_id = TOOL_PREFIX + use_id
+        self.tool_id = tool_id or TOOL_PREFIX + use_id
         self.name = NAME_PREFIX + tool
         self.parent_tool_id = parent_tool_id
         self.kind: ActivityKind = activity_kind(tool)
@@ -113,6 +111,7 @@ class CardRules:
     tools_completed: int
     tools_failed: int
     _run_id: str
+    redactor: Redactor
     _now: float
     _out: list[Frame]
     _cards: dict[str, Card]
@@ -126,6 +125,9 @@ class CardRules:
     _invocation: str | None
     _parent: str | None
     _count: Callable[..., None]
+    _said: Callable[..., str]
+    _tool_id: Callable[[str], str]
+    _tool_ids: dict[str, str]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
 
@@ -140,8 +142,8 @@ class CardRules:
             kind = block.type
             if kind == "tool_use":
                 if block.id and block.id not in self._seen:
-                    # A tool's name is short; bounded anyway, as it goes into every frame.
-                    tool = (block.name or _UNKNOWN_TOOL)[:128]
+                    # The model chooses the name: it goes into every frame of the card.
+                    tool = self._said(block.name or _UNKNOWN_TOOL, NAME_CHARS)
                     self._open(block.id, tool, block.input, parent)
             elif kind == "text" and block.text:
                 self._message(block.text, parent)
@@ -157,21 +159,32 @@ class CardRules:
     def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
         self._seen.add(use_id)
         limits = self.limits
+        redactor = self.redactor
         args: object = (
-            clean_flat(raw_args, limits.arg_bytes, limits.items) if type(raw_args) is dict else None
+            redactor.clean_flat(raw_args, limits.arg_bytes, limits.items, use_id)
+            if type(raw_args) is dict and len(use_id) <= NAME_CHARS
+            else None
         )
         if args is None:
-            args = clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
+            args = redactor.clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
+            tool_id = self._tool_id(use_id)
+        else:
+            # The same screen found nothing to mask in the id either: it is its own frame id.
+            tool_id = self._tool_ids[use_id] = TOOL_PREFIX + use_id
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
-            args = _shrink_args(args, limits.arg_bytes)
+            args = _shrink_args(redactor, args, limits.arg_bytes)
+        changed = changed_path(tool, raw_args, self.ctx.cwd)
         card = Card(
             use_id,
             tool,
-            TOOL_PREFIX + parent if parent else None,
+            self._tool_id(parent) if parent else None,
             self._now,
             args,
-            changed_path(tool, raw_args, self.ctx.cwd),
+            # From the raw input (the cleaned args may be cut), so redacted here: it goes into
+            # files_changed and the activity's files.
+            self._said(changed) if changed is not None else None,
+            tool_id,
         )
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
@@ -263,11 +276,13 @@ class CardRules:
         card = self._cards.get(use_id)
         if card is not None:
             card.denied = reason
-        tool_id = TOOL_PREFIX + use_id
+        tool_id = self._tool_id(use_id)
         if tool_id not in self._denials:
             self._denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
-                name=wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL),
+                name=self._said(
+                    wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL)
+                ),
                 input=card.args if card else None,
             )
 
@@ -287,7 +302,9 @@ class CardRules:
                 summary=wire.text(event.description),
                 tool_uses=usage.tool_uses,
                 total_tokens=usage.total_tokens,
-                last_tool_name=wire.text(event.last_tool_name),
+                last_tool_name=self._said(last)
+                if (last := wire.text(event.last_tool_name))
+                else None,
             )
             return
         if not card.background:
@@ -328,6 +345,7 @@ class CardRules:
     ) -> None:
         del self._cards[card.use_id]
         limits = self.limits
+        redactor = self.redactor
         if ok:
             self.tools_completed += 1
             if card.changed is not None:
@@ -348,11 +366,13 @@ class CardRules:
                 tool_id=card.tool_id,
                 name=card.name,
                 status="completed" if ok else "failed",
-                result=clean_text(text, limits.result_bytes),
+                result=redactor.clean_text(text, limits.result_bytes),
                 timing_ms=max(int((self._now - card.started) * 1000), 0),
-                error=clean_chars(error, limits.error_chars) if error is not None else None,
+                error=redactor.clean_chars(error, limits.error_chars)
+                if error is not None
+                else None,
                 error_type=error_type,
-                diff=clean_text(diff, limits.result_bytes) if diff is not None else None,
+                diff=redactor.clean_text(diff, limits.result_bytes) if diff is not None else None,
                 parent_tool_id=card.parent_tool_id,
             )
         )
@@ -368,7 +388,9 @@ class CardRules:
             tool_id=card.tool_id,
             name=card.name,
             elapsed_ms=max(elapsed_ms, 0),
-            summary=clean_chars(summary, self.limits.summary_chars) if summary else None,
+            summary=self.redactor.clean_chars(summary, self.limits.summary_chars)
+            if summary
+            else None,
             **counters,
         )
 
@@ -388,8 +410,8 @@ class CardRules:
                 invocationId=self._invocation,
                 parentToolCallId=self._parent,
                 role="assistant",
-                text=clean_chars(text, self.limits.text_chars),
-                parent_tool_id=TOOL_PREFIX + parent if parent else None,
+                text=self.redactor.clean_chars(text, self.limits.text_chars),
+                parent_tool_id=self._tool_id(parent) if parent else None,
             )
         )
 
@@ -421,10 +443,10 @@ def _tool_use_result(raw: msgspec.Raw) -> wire.ToolUseResult | None:
         return None  # a string, or a shape of another tool: no details
 
 
-def _shrink_args(args: object, limit: int) -> object:
+def _shrink_args(redactor: Redactor, args: object, limit: int) -> object:
     # Too big even with each string bounded: shorter strings first, then the JSON text itself.
     for cap in (limit // 4, limit // 16, 64):
-        smaller = clean_value(args, string_bytes=cap, depth=4, items=16)
+        smaller = redactor.clean_value(args, string_bytes=cap, depth=4, items=16)
         if len(_args_encoder.encode(smaller)) <= limit:
             return smaller
     # Then the JSON text itself, as a string (escaping makes its encoding longer: shrink to fit).
