@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from daemon import access, cgroups
 from tests.daemon.conftest import Daemon
 from tests.e2e.conftest import E2E
 from tests.security.conftest import Spy
+from tests.security.test_isolation import sandbox
 from tests.stub.anthropic import text, tool
 from tests.supervision.conftest import subreaper  # noqa: F401
 
@@ -272,3 +274,116 @@ async def test_the_verdict_is_taken_once_per_connection(
         status, _ = await sdaemon.json("GET", "/healthz")
         assert status == 200
     assert calls == [1]
+
+
+# -- the TCP listener: a bearer token says nothing about who holds it --------------------------
+
+TCP_PROBE = """\
+import socket, sys
+
+token_file, port = sys.argv[1:]
+try:
+    token = open(token_file).read().strip()
+except OSError as exc:
+    print("token no", type(exc).__name__)
+    raise SystemExit(0)
+with socket.create_connection(("127.0.0.1", int(port))) as client:
+    client.sendall(
+        f"GET /v1/runs HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer {token}\\r\\n"
+        "Connection: close\\r\\n\\r\\n".encode()
+    )
+    answer = b""
+    while chunk := client.recv(65536):
+        answer += chunk
+print("token yes", answer.split(b"\\r\\n", 1)[0].decode())
+"""
+
+
+@pytest.fixture
+def token() -> str:
+    return secrets.token_hex(24)
+
+
+@pytest.fixture
+def token_file(tmp_path: Path, token: str) -> Path:
+    path = tmp_path / "token"
+    path.write_text(token + "\n")
+    return path
+
+
+@pytest.fixture
+def daemon_server(token_file: Path) -> dict[str, Any]:
+    return {"tcp": "127.0.0.1:0", "token_file": str(token_file)}
+
+
+@pytest.fixture
+def token_guard() -> str:
+    """How the operator keeps runs from the token file (``parametrize`` it): not at all, a Read
+    deny rule, or the sandbox with the file in ``denyRead``."""
+    return "none"
+
+
+@pytest.fixture
+def daemon_policy(token_guard: str, token_file: Path) -> dict[str, Any]:
+    rules = ["Bash(python3:*)"]
+    if token_guard != "deny-rule":
+        return {"allowed_tools": rules}
+    return {"allowed_tools": rules, "disallowed_tools": [f"Read(/{token_file})"]}
+
+
+@pytest.fixture
+def daemon_claude(
+    token_guard: str, token_file: Path, tmp_path: Path, short_dir: Path
+) -> dict[str, Any]:
+    if token_guard != "sandbox":
+        return {}
+    if not (shutil.which("bwrap") and shutil.which("socat")):
+        pytest.fail("the CLI's sandbox needs bubblewrap and socat (`make sandbox-tools`)")
+    recipe = sandbox(tmp_path, short_dir)
+    recipe["settings"]["sandbox"]["filesystem"]["denyRead"].append(str(token_file))
+    return recipe
+
+
+async def read_the_token(e2e: E2E, token_file: Path) -> str:
+    """A run's Bash command reads the token file and calls the TCP listener with it; what the
+    model was told."""
+    assert e2e.handle is not None
+    (e2e.workspace / "tcp_probe.py").write_text(TCP_PROBE)
+    command = f"python3 tcp_probe.py {token_file} {e2e.handle.tcp_port}"
+    e2e.stub.main.turns = [tool("Bash", command=command, description="Probe"), text("ok")]
+    status, body = await e2e.post_run("Probe.", mode="safe", wait=True)
+    assert (status, body["status"]) == (200, "completed"), body
+    return "\n".join(r.history_text() for r in e2e.stub.model_requests)
+
+
+@pytest.mark.e2e
+async def test_a_run_that_can_read_the_token_file_gets_in_over_tcp(
+    e2e: E2E, token_file: Path
+) -> None:
+    """What the README says plainly: the peer check is the Unix socket's; over TCP, whoever
+    holds the token is a caller."""
+    told = await read_the_token(e2e, token_file)
+    assert "token yes HTTP/1.1 200" in told, told[-1500:]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("token_guard", ["sandbox"])
+async def test_the_sandboxs_deny_read_keeps_commands_from_the_token_file(
+    e2e: E2E, token_file: Path
+) -> None:
+    told = await read_the_token(e2e, token_file)
+    assert "token no" in told, told[-1500:]
+    assert "token yes" not in told
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("token_guard", ["none", "deny-rule"])
+async def test_a_read_deny_rule_keeps_the_file_tools_from_the_token_file(
+    e2e: E2E, token_file: Path, token: str, token_guard: str
+) -> None:
+    e2e.stub.main.turns = [tool("Read", file_path=str(token_file)), text("ok")]
+    status, body = await e2e.post_run("Read it.", mode="plan", wait=True)
+    assert (status, body["status"]) == (200, "completed"), body
+    told = "\n".join(r.history_text() for r in e2e.stub.model_requests)
+    assert (token in told) is (token_guard == "none"), told[-500:]
+    assert ("denied by your permission settings" in told) is (token_guard == "deny-rule")
