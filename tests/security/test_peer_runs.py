@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,6 +243,25 @@ async def test_a_peer_that_is_gone_by_its_first_request_is_refused(
     assert '"code":"peer_unknown"' in answer, answer
     assert spy.starts == []
     assert await listed(sdaemon) == []
+
+
+async def test_a_peer_reaped_before_its_first_request_is_refused_whatever_its_pid_shows(
+    sdaemon: Daemon, roots: tuple[Path, Path], spy: Spy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pidfd pin: /proc is read by pid, and a reaped peer's pid may be another process's by
+    then. Here /proc "shows" an innocent process (run_signal says no run), and the peer is still
+    refused, because its pidfd says the process that connected is gone."""
+    left, right = socket.socketpair()
+    with left, right:
+        pidfd = access._peer_pidfd(left)
+    if pidfd is None:
+        pytest.skip("no SO_PEERPIDFD on this kernel")
+    os.close(pidfd)
+    monkeypatch.setattr(access, "run_signal", lambda pid: None)
+    _, answer = await client(sdaemon, roots[0], "gone")
+    assert '"code":"peer_unknown"' in answer, answer
+    _, answer = await client(sdaemon, roots[0], start_new_session=True)
+    assert "HTTP/1.1 202" in answer, answer  # the stand-in lets the live peer in
 
 
 async def test_a_peer_whose_ancestry_is_deeper_than_the_bound_is_refused(
