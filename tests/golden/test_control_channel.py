@@ -8,6 +8,7 @@ and the times measured (``pytest -s`` prints them; times are never asserted).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -18,7 +19,17 @@ from typing import Any
 import pytest
 
 from tests.golden.conftest import CliSandbox
-from tests.stub.anthropic import Stub, Text, Thinking, ToolUse, Turn, serve_stub, text, tool
+from tests.stub.anthropic import (
+    Stub,
+    Text,
+    Thinking,
+    ToolUse,
+    Turn,
+    serve_stub,
+    text,
+    tool,
+    tools,
+)
 from tests.stub.control import ControlSession, Line, answers, can_use_tool, is_result
 
 pytestmark = pytest.mark.e2e
@@ -375,6 +386,90 @@ async def test_interrupt_while_a_prompt_is_pending_cancels_the_request_first(
     assert len(stub.requests_of()) == 1
 
 
+async def test_deny_with_interrupt_rejects_the_rest_of_the_turn_and_ends_it(
+    cli: CliSandbox,
+) -> None:
+    stub = Stub(
+        [
+            tools(
+                ToolUse("Bash", {"command": "touch ../p1.txt", "description": "p1"}),
+                ToolUse("Bash", {"command": "touch ../p2.txt", "description": "p2"}),
+            ),
+            text("Never."),
+        ]
+    )
+    async with session(cli, stub, surface=True) as s:
+        await s.user("Do both.")
+        first = await s.wait_for(can_use_tool)
+        await s.answer(
+            first["request_id"], {"behavior": "deny", "message": "Stop.", "interrupt": True}
+        )
+        done = await s.wait_for(is_result)
+        await s.close_stdin()
+        code = await s.wait_exit()
+    # Parallel tool uses are asked one at a time: the second is never asked, both are rejected.
+    assert len([ln for ln in s.lines if can_use_tool(ln)]) == 1
+    for use in ("toolu_010000000000000000000001", "toolu_010000000000000000000002"):
+        _, block = tool_result(s, use)
+        assert block["is_error"] is True
+        assert result_text(block).startswith("The user doesn't want to proceed")
+    assert "[Request interrupted by user for tool use]" in user_texts(s)
+    assert done["subtype"] == "error_during_execution"
+    assert len(stub.requests_of()) == 1
+    assert code == 1
+    assert not (cli.workspace.parent / "p1.txt").exists()
+    assert not (cli.workspace.parent / "p2.txt").exists()
+
+
+async def test_parallel_tool_uses_are_asked_one_after_the_other(cli: CliSandbox) -> None:
+    stub = Stub(
+        [
+            tools(
+                ToolUse("Bash", {"command": "touch ../p1.txt", "description": "p1"}),
+                ToolUse("Bash", {"command": "touch ../p2.txt", "description": "p2"}),
+            ),
+            text("Done."),
+        ]
+    )
+    async with session(cli, stub, surface=True) as s:
+        await s.user("Do both.")
+        first = await s.wait_for(can_use_tool)
+        seen_when_answered = len(s.lines)
+        await s.answer(
+            first["request_id"], {"behavior": "allow", "updatedInput": first["request"]["input"]}
+        )
+        second = await next_line(s, first, can_use_tool)
+        await s.answer(
+            second["request_id"], {"behavior": "allow", "updatedInput": second["request"]["input"]}
+        )
+        await s.wait_for(is_result)
+    assert first["request"]["input"]["description"] == "p1"
+    assert second["request"]["input"]["description"] == "p2"
+    # (Weak by nature: it shows the second request was not out before the first was answered.)
+    assert s.index(second) >= seen_when_answered
+    assert (cli.workspace.parent / "p1.txt").exists()
+    assert (cli.workspace.parent / "p2.txt").exists()
+
+
+async def test_interrupt_with_no_turn_running_is_answered_and_changes_nothing(
+    cli: CliSandbox,
+) -> None:
+    stub = Stub([text("Hello."), text("Again.")])
+    async with session(cli, stub) as s:
+        await s.user("Hi.")
+        first = await s.wait_for(is_result)
+        rid, _ = await s.control({"subtype": "interrupt"})
+        ack = await s.wait_for(answers(rid))
+        assert ack["response"]["response"] == {"still_queued": []}
+        assert s.index(ack) == s.index(first) + 1
+        await s.user("Hi again.")
+        second = await next_line(s, ack, is_result)
+        await s.close_stdin()
+        assert await s.wait_exit() == 0
+    assert second["subtype"] == "success"
+    assert second["result"] == "Again."
+
+
 # --- 3. interrupt mid-Bash ------------------------------------------------------------------------
 
 
@@ -492,6 +587,29 @@ async def test_a_user_message_mid_tool_reaches_the_model_with_that_tools_result(
     assert wrapped.startswith(f"The user sent a new message while you were working:\n{steer}\n")
     # --replay-user-messages echoes it when the CLI takes it in, after the tool's result.
     assert s.index(echo) > s.index(result_line)
+
+
+async def test_a_user_message_while_the_model_answers_without_tools_is_a_turn_of_its_own(
+    cli: CliSandbox,
+) -> None:
+    steer = f"One more thing ({secrets.token_hex(4)})."
+    held = asyncio.Event()
+    stub = Stub([Turn([Text("First answer.")], hold=held), text("Second answer.")])
+    async with session(cli, stub) as s:
+        await s.user("First prompt.")
+        await stub.wait_for_requests(1)
+        # The model's answer is open (held after message_start): write, then let it finish.
+        await s.user(steer)
+        held.set()
+        first = await s.wait_for(is_result)
+        second = await next_line(s, first, is_result)
+        await s.close_stdin()
+        assert await s.wait_exit() == 0
+    assert first["result"] == "First answer."
+    assert second["result"] == "Second answer."
+    assert len(s.of_type("system", "init")) == 2
+    last = stub.requests_of()[1].messages[-1]
+    assert [b["text"] for b in last["content"]] == [steer]
 
 
 # --- 5. AskUserQuestion -----------------------------------------------------------------------
