@@ -62,6 +62,7 @@ async def session(
     stub: Stub,
     *,
     surface: bool = False,
+    prompt_tool: str | None = "stdio",
     extra: list[str] | None = None,
     resume: str | None = None,
 ) -> AsyncIterator[ControlSession]:
@@ -74,6 +75,7 @@ async def session(
             home=cli.home,
             resume=resume,
             permission_surface=surface,
+            prompt_tool=prompt_tool,
             extra_args=extra or [],
             env={"TMPDIR": str(cli.tmp)},
         )
@@ -176,6 +178,23 @@ async def test_a_user_message_after_the_result_reaches_the_model_as_the_next_tur
 
 
 # --- 2. approvals ---------------------------------------------------------------------------------
+
+
+async def test_host_prompts_without_the_stdio_prompt_tool_ask_nothing_and_deny(
+    cli: CliSandbox,
+) -> None:
+    stub = Stub([tool("Bash", command="touch ../x.txt", description="X"), text("Denied.")])
+    async with session(cli, stub, surface=True, prompt_tool=None) as s:
+        assert "--permission-prompt-tool" not in s.argv
+        await s.user("Do it.")
+        done = await s.wait_for(is_result)
+        _, block = tool_result(s, "toolu_010000000000000000000001")
+        print("\nHOST WITHOUT PROMPT TOOL:", json.dumps(block))
+    # --permission-prompts host alone does not ask on the control channel: the flag is needed.
+    assert not [ln for ln in s.lines if can_use_tool(ln)]
+    assert block["is_error"] is True
+    assert not (cli.workspace.parent / "x.txt").exists()
+    assert [d["tool_use_id"] for d in done["permission_denials"]] == [block["tool_use_id"]]
 
 
 async def test_a_bash_outside_the_workspace_asks_with_blocked_path_and_suggestions(

@@ -24,13 +24,15 @@ from tests.stub.claude import claude_argv, claude_env
 Line = dict[str, Any]
 
 
-def host_prompt_flags(argv: Sequence[str]) -> list[str]:
+def host_prompt_flags(argv: Sequence[str], prompt_tool: str | None = "stdio") -> list[str]:
     """``argv`` with ``--permission-prompts none`` turned into a permission surface on stdio
-    (DESIGN "Approvals": ``--permission-prompts host --permission-prompt-tool stdio``)."""
+    (DESIGN "Approvals": ``--permission-prompts host --permission-prompt-tool stdio``);
+    ``prompt_tool=None`` leaves out ``--permission-prompt-tool``."""
     out = list(argv)
     at = out.index("--permission-prompts")
     out[at + 1] = "host"
-    out[at + 2 : at + 2] = ["--permission-prompt-tool", "stdio"]
+    if prompt_tool is not None:
+        out[at + 2 : at + 2] = ["--permission-prompt-tool", prompt_tool]
     return out
 
 
@@ -61,6 +63,7 @@ class ControlSession:
         session_id: str | None = None,
         resume: str | None = None,
         permission_surface: bool = False,
+        prompt_tool: str | None = "stdio",
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> ControlSession:
@@ -72,7 +75,7 @@ class ControlSession:
             extra=["--input-format", "stream-json", *extra_args],
         )
         if permission_surface:
-            argv = host_prompt_flags(argv)
+            argv = host_prompt_flags(argv, prompt_tool)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=workspace,
