@@ -489,6 +489,76 @@ async def test_interrupt_with_no_turn_running_is_answered_and_changes_nothing(
     assert second["result"] == "Again."
 
 
+async def test_a_prompt_inside_a_subagent_carries_its_agent_id(cli: CliSandbox) -> None:
+    stub = Stub(
+        [
+            tool(
+                "Agent",
+                description="Touch outside",
+                prompt=f"{SUB} Touch a file outside.",
+                subagent_type="general-purpose",
+                run_in_background=False,
+            ),
+            text("Parent done."),
+        ]
+    )
+    stub.subagent(SUB, [tool("Bash", command="touch ../sub.txt", description="Sub"), text("Ok.")])
+    async with session(cli, stub, surface=True) as s:
+        await s.user("Delegate.")
+        req = await s.wait_for(can_use_tool)
+        await s.answer(req["request_id"], {"behavior": "deny", "message": "Not from a subagent."})
+        done = await s.wait_for(is_result)
+        line, block = tool_result(s, req["request"]["tool_use_id"])
+    body = req["request"]
+    assert body["agent_id"] == line["agent_id"]
+    assert line["parent_tool_use_id"] == s.of_type("assistant")[0]["message"]["content"][0]["id"]
+    assert set(body) - {"agent_id"} == {
+        "subtype",
+        "tool_name",
+        "display_name",
+        "input",
+        "description",
+        "permission_suggestions",
+        "blocked_path",
+        "tool_use_id",
+    }
+    assert block["content"] == "Not from a subagent."
+    assert done["result"] == "Parent done."
+
+
+async def test_an_answer_to_an_unknown_request_and_an_unknown_line_are_ignored(
+    cli: CliSandbox,
+) -> None:
+    stub = Stub([tool("Bash", command="touch ../x.txt", description="X"), text("Fine.")])
+    async with session(cli, stub, surface=True) as s:
+        await s.user("Do it.")
+        req = await s.wait_for(can_use_tool)
+        await s.answer("req_unknown", {"behavior": "allow", "updatedInput": {}})
+        await s.send({"type": "no_such_type", "x": 1})
+        await s.answer(req["request_id"], {"behavior": "deny", "message": "No."})
+        done = await s.wait_for(is_result)
+        await s.close_stdin()
+        assert await s.wait_exit() == 0
+    assert done["subtype"] == "success"
+    assert not (cli.workspace.parent / "x.txt").exists()
+    assert s.stderr == b""
+
+
+async def test_a_stdin_line_that_is_not_json_ends_the_cli_with_exit_1(cli: CliSandbox) -> None:
+    stub = Stub([text("Hello.")])
+    async with session(cli, stub) as s:
+        await s.user("Hi.")
+        first = await s.wait_for(is_result)
+        assert s.proc.stdin is not None
+        s.proc.stdin.write(b"not json\n")
+        await s.proc.stdin.drain()
+        code = await s.wait_exit()
+    # No result line, no control line: the daemon must only ever write whole JSON lines.
+    assert code == 1
+    assert s.lines[-1] is first
+    assert b"Error parsing streaming input line" in s.stderr
+
+
 # --- 3. interrupt mid-Bash ------------------------------------------------------------------------
 
 
@@ -558,6 +628,27 @@ async def test_interrupt_mid_bash_ends_the_turn_with_a_resumable_session(cli: Cl
     history = stub.requests_of()[-1].history_text()
     assert "[Request interrupted by user for tool use]" in history
     assert "this call was stopped while running" in history
+
+
+async def test_interrupt_while_the_model_streams_ends_the_turn_at_once(cli: CliSandbox) -> None:
+    held = asyncio.Event()
+    stub = Stub([Turn([Text("Never finished.")], hold=held)])
+    async with session(cli, stub) as s:
+        await s.user("Think.")
+        await stub.wait_for_requests(1)
+        rid, sent = await s.control({"subtype": "interrupt"})
+        done = await s.wait_for(is_result)
+        measured("interrupt (model streaming) -> result", s.time_of(done) - sent)
+        closed = await s.close_stdin()
+        code = await s.wait_exit()
+        measured("stdin close -> exit (after interrupting the model)", time.monotonic() - closed)
+        held.set()
+    assert (await s.wait_for(answers(rid)))["response"]["response"] == {"still_queued": []}
+    assert "[Request interrupted by user]" in user_texts(s)
+    assert not s.of_type("assistant")
+    assert done["subtype"] == "error_during_execution"
+    assert done["is_error"] is True
+    assert code == 1
 
 
 # --- 4. steering ----------------------------------------------------------------------------------
