@@ -651,6 +651,50 @@ async def test_interrupt_while_the_model_streams_ends_the_turn_at_once(cli: CliS
     assert code == 1
 
 
+async def test_stop_task_stops_a_background_bash_with_sigterm_and_a_stopped_notification(
+    cli: CliSandbox,
+) -> None:
+    stub = Stub([], fallback="Unexpected.")
+    (cli.workspace / "sleeper.py").write_text(SLEEPER)
+    async with session(cli, stub, extra=["--allowed-tools", "Bash(python3:*)"]) as s:
+        stub.main.turns = [
+            tool(
+                "Bash",
+                command=f"python3 sleeper.py {stub.url}",
+                description="Wait in the background",
+                run_in_background=True,
+            ),
+            text("Started it."),
+        ]
+        await s.user("Start it.")
+        first = await s.wait_for(is_result)
+        await stub.wait_for_signal("sleeper")
+        (started,) = s.of_type("system", "task_started")
+        assert started["is_backgrounded"] is True
+        assert started["task_type"] == "local_bash"
+        rid, sent = await s.control({"subtype": "stop_task", "task_id": started["task_id"]})
+        ack = await s.wait_for(answers(rid))
+        measured("stop_task -> control_response", s.time_of(ack) - sent)
+        await stub.wait_for_signal("got-SIGTERM")
+        after = s.lines[s.index(first) + 1 : s.index(ack)]
+        await s.close_stdin()
+        assert await s.wait_exit() == 0
+    assert ack["response"] == {"subtype": "success", "request_id": rid, "response": {}}
+    kinds = [(ln["type"], ln.get("subtype")) for ln in after]
+    assert kinds == [
+        ("system", "task_updated"),
+        ("system", "task_notification"),
+        ("system", "background_tasks_changed"),
+    ]
+    assert after[0]["patch"]["status"] == "killed"
+    assert after[1]["status"] == "stopped"
+    assert after[1]["tool_use_id"] == started["tool_use_id"]
+    assert after[2]["tasks"] == []
+    # Stopping a task is not a turn: the model is not called about it.
+    assert len(s.of_type("result")) == 1
+    assert len(stub.requests_of()) == 2
+
+
 # --- 4. steering ----------------------------------------------------------------------------------
 
 
