@@ -367,6 +367,46 @@ async def test_a_session_rule_in_updated_permissions_spares_the_second_identical
     print("\nSECOND WRITE META", json.dumps(line["tool_result_meta"]))
 
 
+async def test_no_host_message_switches_the_session_to_bypass_permissions(
+    cli: CliSandbox,
+) -> None:
+    stub = Stub(
+        [
+            tool("Bash", command="touch ../a.txt", description="A"),
+            tool("Bash", command="touch ../b.txt", description="B"),
+            text("Done."),
+        ]
+    )
+    bypass = {"type": "setMode", "mode": "bypassPermissions", "destination": "session"}
+    async with session(cli, stub, surface=True) as s:
+        rid, _ = await s.control({"subtype": "set_permission_mode", "mode": "bypassPermissions"})
+        refused = await s.wait_for(answers(rid))
+        await s.user("Do both.")
+        first = await s.wait_for(can_use_tool)
+        await s.answer(
+            first["request_id"],
+            {
+                "behavior": "allow",
+                "updatedInput": first["request"]["input"],
+                "updatedPermissions": [bypass],
+            },
+        )
+        # Still asked: neither the control request nor the permission update took effect.
+        second = await next_line(s, first, can_use_tool)
+        await s.answer(second["request_id"], {"behavior": "deny", "message": "No."})
+        await s.wait_for(is_result)
+    assert refused["response"] == {
+        "subtype": "error",
+        "request_id": rid,
+        "error": "Cannot set permission mode to bypassPermissions because the session was not "
+        "launched with --dangerously-skip-permissions",
+        "error_code": "bypass_not_launched",
+    }
+    assert second["request"]["input"]["command"] == "touch ../b.txt"
+    assert s.of_type("system", "init")[0]["permissionMode"] == "acceptEdits"
+    assert not (cli.workspace.parent / "b.txt").exists()
+
+
 async def test_interrupt_while_a_prompt_is_pending_cancels_the_request_first(
     cli: CliSandbox,
 ) -> None:
