@@ -860,6 +860,32 @@ async def test_ask_user_question_is_a_can_use_tool_answered_by_answers_in_update
     assert {"questions", "answers", "annotations"} <= set(schema["properties"])
 
 
+async def test_ask_user_question_answers_are_free_strings_and_notes_travel_in_annotations(
+    cli: CliSandbox,
+) -> None:
+    # The CLI does not check an answer against the labels ("Other" is free text), so a
+    # multi-select answer is whatever string the host joins, and notes go in annotations.
+    note = f"note {secrets.token_hex(4)}"
+    ask = {"questions": [{**ASK["questions"][0], "multiSelect": True}]}
+    stub = Stub([tool("AskUserQuestion", **ask), text("Fine.")])
+    async with session(cli, stub, surface=True) as s:
+        await s.user("Ask me.")
+        req = await s.wait_for(can_use_tool)
+        answered = {
+            **req["request"]["input"],
+            "answers": {QUESTION: "Red, Green-ish"},
+            "annotations": {QUESTION: {"notes": note}},
+        }
+        await s.answer(req["request_id"], {"behavior": "allow", "updatedInput": answered})
+        await s.wait_for(is_result)
+        line, block = tool_result(s, req["request"]["tool_use_id"])
+    assert block["content"].startswith(
+        f'The user answered: "{QUESTION}"="Red, Green-ish" notes: {note}. '
+        "Read the answers carefully"
+    )
+    assert line["tool_use_result"]["answers"] == {QUESTION: "Red, Green-ish"}
+
+
 async def test_ask_user_question_allowed_without_answers_says_nobody_answered(
     cli: CliSandbox,
 ) -> None:
