@@ -866,7 +866,7 @@ async def test_ask_user_question_answers_are_free_strings_and_notes_travel_in_an
     # The CLI does not check an answer against the labels ("Other" is free text), so a
     # multi-select answer is whatever string the host joins, and notes go in annotations.
     note = f"note {secrets.token_hex(4)}"
-    ask = {"questions": [{**ASK["questions"][0], "multiSelect": True}]}
+    ask: dict[str, Any] = {"questions": [{**ASK["questions"][0], "multiSelect": True}]}
     stub = Stub([tool("AskUserQuestion", **ask), text("Fine.")])
     async with session(cli, stub, surface=True) as s:
         await s.user("Ask me.")
