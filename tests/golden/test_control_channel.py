@@ -263,6 +263,66 @@ async def test_a_write_outside_the_workspace_asks_with_a_decision_reason(
     ]
 
 
+async def test_prompts_inside_the_workspace_differ_by_mode_and_may_carry_blocked_path(
+    cli: CliSandbox,
+) -> None:
+    asked: dict[str, dict[str, Any]] = {}
+    cases = {
+        "python3 in acceptEdits": (
+            "acceptEdits",
+            tool("Bash", command="python3 -c 'print(1)'", description="Compute"),
+        ),
+        "Write in manual": ("manual", tool("Write", file_path=cli.path("n.txt"), content="x")),
+        "touch in manual": ("manual", tool("Bash", command="touch made.txt", description="Make")),
+    }
+    for name, (mode, turn) in cases.items():
+        stub = Stub([turn, text("Denied.")])
+        async with serve_stub(stub):
+            s = await ControlSession.start(
+                cli.claude,
+                stub.url,
+                workspace=cli.workspace,
+                home=cli.home,
+                mode=mode,
+                permission_surface=True,
+                env={"TMPDIR": str(cli.tmp)},
+            )
+            try:
+                await s.initialize()
+                await s.user("Do it.")
+                req = await s.wait_for(can_use_tool)
+                await s.answer(req["request_id"], {"behavior": "deny", "message": "No."})
+                await s.wait_for(is_result)
+            finally:
+                await s.kill()
+        asked[name] = req["request"]
+        print(f"\nCAN_USE_TOOL {name}", json.dumps(req))
+    workspace_rule = {
+        "type": "addDirectories",
+        "directories": [str(cli.workspace)],
+        "destination": "session",
+    }
+    to_accept_edits = {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+
+    python = asked["python3 in acceptEdits"]
+    assert python["decision_reason"] == "This command requires approval"
+    assert python["decision_reason_type"] == "other"
+    assert "blocked_path" not in python
+    assert [p["type"] for p in python["permission_suggestions"]] == ["addRules"]
+
+    write = asked["Write in manual"]
+    # A relative description inside the workspace (an absolute path outside it).
+    assert write["description"] == "n.txt"
+    assert write["permission_suggestions"] == [to_accept_edits]
+    assert "blocked_path" not in write
+    assert "decision_reason" not in write
+
+    touch = asked["touch in manual"]
+    # blocked_path is not "outside the workspace": here it is a file inside it.
+    assert touch["blocked_path"] == cli.path("made.txt")
+    assert touch["permission_suggestions"][1:] == [workspace_rule, to_accept_edits]
+
+
 async def test_allow_runs_the_tool_with_the_updated_input_not_the_asked_one(
     cli: CliSandbox,
 ) -> None:
