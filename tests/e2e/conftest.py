@@ -114,6 +114,18 @@ class E2E:
         return self.client.ws_connect(f"{BASE}/v1/ws?run={run_id}&after={after}")
 
 
+def workspace_tree(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """``(root, workspace, home)``: the workspace root, its ``demo`` folder holding a
+    ``hello.py``, and the CLI's home (with ``tmp``), all under ``tmp_path``."""
+    root = tmp_path / "workspaces"
+    workspace = root / "demo"
+    home = tmp_path / "home"
+    for folder in (workspace, home, home / "tmp"):
+        folder.mkdir(parents=True)
+    (workspace / "hello.py").write_text('print("hello world")\n')
+    return root, workspace, home
+
+
 @pytest.fixture
 def daemon_policy() -> dict[str, Any]:
     """Extra ``[policy]`` settings; a test overrides it with ``parametrize("daemon_policy", …)``."""
@@ -135,12 +147,7 @@ async def e2e(
     daemon_claude: dict[str, Any],
 ) -> AsyncIterator[E2E]:
     """A started daemon (development defaults) against a fresh stub; script ``e2e.stub``."""
-    root = tmp_path / "workspaces"
-    workspace = root / "demo"
-    home = tmp_path / "home"
-    for folder in (workspace, home, home / "tmp"):
-        folder.mkdir(parents=True)
-    (workspace / "hello.py").write_text('print("hello world")\n')
+    root, workspace, home = workspace_tree(tmp_path)
     stub = Stub()
     async with serve_stub(stub):
         env = E2E(stub, workspace, home)
