@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +23,6 @@ from policy.config import Config, development_config
 from tests.fakes import FAKE_CLAUDE
 
 BASE = "http://codelegate"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory for Unix sockets (sun_path is at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="cld-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +22,6 @@ from tests.stub.claude import API_KEY
 
 BASE = "http://codelegate"
 FRAME_TIMEOUT = 30.0
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="cle2e-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def e2e_config(

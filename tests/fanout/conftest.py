@@ -30,14 +30,13 @@ from tests.daemon.conftest import (
     BASE,
     Daemon,
     make_config,
-    short_dir,
     start_daemon,
     stop_daemon,
     workspace,
 )
 from tests.fanout.redis_server import RedisServer
 
-__all__ = ["RedisServer", "short_dir", "workspace"]  # the daemon suite's fixtures, shared
+__all__ = ["RedisServer", "workspace"]  # the daemon suite's fixtures, shared
 
 PREFIX = "cltest"
 SETTLE_S = 60.0  # bound on waiting for Redis to hold everything (fails the test, never sleeps)

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sqlite3
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +119,6 @@ def stored_status(db_path: str | Path, run_id: str) -> str:
     finally:
         conn.close()
     return str(row[0])
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="clrel-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

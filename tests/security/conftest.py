@@ -7,11 +7,9 @@ The spy is a tiny shell script in front of the fault-injecting fake CLI: every s
 
 from __future__ import annotations
 
-import shutil
 import stat
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -44,14 +42,6 @@ class Spy:
     def starts(self) -> list[str]:
         """One ``"<pid> <cwd>"`` line per start."""
         return self.log.read_text().splitlines() if self.log.exists() else []
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="clsec-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
