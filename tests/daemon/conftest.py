@@ -8,8 +8,10 @@ aiohttp client session over that socket.
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,27 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
+import structlog
 
+from daemon import logs
 from daemon.server import ServerHandle, start_server
 from policy.config import Config, development_config
 from tests.fakes import FAKE_CLAUDE
 
 BASE = "http://codelegate"
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """The daemon's logging configured as ``serve`` does, into this stream; restored after."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    stream = io.StringIO()
+    logs.configure(level="info", stream=stream)
+    yield stream
+    structlog.reset_defaults()
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
 
 
 @pytest.fixture

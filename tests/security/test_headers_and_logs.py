@@ -21,7 +21,6 @@ import structlog
 from daemon import logs
 from daemon.server import start_server
 from tests.daemon.conftest import child_environ, make_config
-from tests.daemon.test_cli import log_stream  # noqa: F401 - the fixture, reused
 from tests.reliability.served import Served, write_config
 from tests.security.test_secrets import store_bytes
 
@@ -93,7 +92,7 @@ async def test_a_token_with_a_stray_byte_gets_a_json_4xx_and_reaches_no_log(
 
 
 def test_exception_text_is_redacted_and_known_secrets_masked_in_every_field(
-    log_stream: io.StringIO,  # noqa: F811
+    log_stream: io.StringIO,
 ) -> None:
     known = secrets.token_hex(20)  # no credential shape: only knowing it masks it
     shaped = "sk-ant-api03-" + secrets.token_urlsafe(32)
@@ -118,7 +117,7 @@ def test_exception_text_is_redacted_and_known_secrets_masked_in_every_field(
 
 
 async def test_a_credential_the_daemon_passes_to_runs_is_masked_in_log_lines_of_no_run(
-    log_stream: io.StringIO,  # noqa: F811
+    log_stream: io.StringIO,
     short_dir: Path,
     tmp_path: Path,
 ) -> None:
