@@ -68,7 +68,8 @@ def _plain(value: Any) -> Any:
 def redact_event(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """structlog processor: mask credential-shaped keys and values at any depth.
+    """structlog processor: mask credential-shaped keys and values at any depth, and the values
+    registered with :func:`mask_known` in any encoding.
 
     Runs after ``format_exc_info``, so the ``exception`` field (a traceback with its messages)
     is redacted like every other field.
