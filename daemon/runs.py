@@ -426,10 +426,12 @@ class RunManager:
     async def _settle(
         self, run: Run, child: ChildProcess, pump: asyncio.Task[None], exited: asyncio.Future[Any]
     ) -> None:
-        status = await exited
-        await self._after_exit(run, child, pump)
-        run.settled.set()
-        _log.info("run_settled", exit_code=status.exit_code, signal=status.signal)
+        try:
+            status = await exited
+            await self._after_exit(run, child, pump)
+            _log.info("run_settled", exit_code=status.exit_code, signal=status.signal)
+        finally:
+            run.settled.set()
 
     async def _after_exit(self, run: Run, child: ChildProcess, pump: asyncio.Task[None]) -> None:
         # A straggler holding stdout would keep the pipe open: reap, then drain with a bound.
