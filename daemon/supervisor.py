@@ -306,6 +306,11 @@ class ChildProcess:
         writer.write(data)
         return True
 
+    @property
+    def stdin_open(self) -> bool:
+        """Whether lines can still be sent (stdin not closed, nor closing)."""
+        return not self._stdin.is_closing()
+
     def close_stdin(self) -> None:
         """Close the child's stdin once what was queued is written (idempotent)."""
         writer = self._stdin

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from daemon.state import manager_of
 from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
-from tests.stub.anthropic import tool
+from tests.stub.anthropic import Turn, text, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -79,3 +81,33 @@ async def test_without_an_interrupt_grace_a_cancel_is_a_sigterm_that_leaves_no_t
     assert state["status"] == frames[-1]["result"]["status"] == "cancelled"
     _, history = await _resume(e2e, state["session_id"])
     assert INTERRUPTED not in history
+
+
+async def test_a_run_with_a_background_bash_keeps_stdin_open_until_its_last_result(
+    e2e: E2E,
+) -> None:
+    """The first result comes while the background command runs; stdin stays open through the
+    CLI's own turn about the finished task (so a cancel can still interrupt it), and closes at
+    that turn's result."""
+    ticker = "python3 -c 'import time\nfor i in range(2):\n    print(\"tick\", i); time.sleep(0.5)'"
+    held = asyncio.Event()
+    e2e.stub.main.turns = [
+        tool("Bash", command=ticker, description="Tick", run_in_background=True),
+        text("The ticker runs in the background."),
+        Turn(text("The ticker finished.").blocks, hold=held),
+    ]
+    status, started = await e2e.post_run("Run the ticker in the background.")
+    assert status == 202
+    assert e2e.handle is not None
+    run = manager_of(e2e.handle.app).get(started["run_id"])
+    assert run is not None
+    await e2e.stub.wait_for_requests(3)  # the turn after the task's notification
+    assert run.child is not None
+    assert run.translator.last_result is not None  # the first result came before it
+    assert run.child.stdin_open
+    held.set()
+    await e2e.settled(started["run_id"])
+    assert not run.child.stdin_open
+    assert run.result is not None
+    assert run.result.status == "completed"
+    assert run.result.result == "The ticker finished."
