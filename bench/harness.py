@@ -95,8 +95,15 @@ def percentile(values: list[float], q: float) -> float:
 class ServedDaemon:
     """``codelegate serve`` in a child process, with an HTTP client over its socket."""
 
-    def __init__(self, *, profile: str | None = None, **sections: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        *,
+        profile: str | None = None,
+        env: dict[str, str] | None = None,
+        **sections: dict[str, Any],
+    ) -> None:
         self.profile = profile  # write a cProfile of the daemon there (at its clean exit)
+        self.env = env or {}  # more of the daemon's environment (an API stub's URL, say)
         self.tmp = Path(tempfile.mkdtemp(prefix="clbench-"))
         self.workspace = self.tmp / "ws"
         self.workspace.mkdir()
@@ -120,7 +127,7 @@ class ServedDaemon:
         return self.proc.pid
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp)}
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp), **self.env}
         prof = ["-m", "cProfile", "-o", self.profile] if self.profile else []
         argv = [sys.executable, *prof, "-m", "daemon.cli", "serve", "--config", str(self.config)]
         return subprocess.Popen(
@@ -163,9 +170,9 @@ class ServedDaemon:
                 self.proc.kill()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    async def start_run(self, task: str) -> str:
+    async def start_run(self, task: str, **fields: Any) -> str:
         assert self.http is not None
-        async with self.http.post(f"{BASE}/v1/runs", json={"task": task}) as resp:
+        async with self.http.post(f"{BASE}/v1/runs", json={"task": task, **fields}) as resp:
             body = await resp.json()
             if resp.status != 202:
                 raise RuntimeError(f"run refused: {body}")

@@ -14,6 +14,7 @@ from daemon.supervisor import ChildProcess
 from policy.config import Config
 from policy.launch import LaunchPlan
 from translator import Limits, Translator
+from translator.control import ResultWatch
 from translator.frames import FinalResult
 
 Stopping = Literal["cancelled", "timeout"]
@@ -50,6 +51,13 @@ class Run:
     stopping: Stopping | None = None
     child: ChildProcess | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # A cancel's interrupt: its watch for the turn's result (the output is no longer
+    # translated), set when it came. The closing frames go out on it, before the CLI exits.
+    interrupt: ResultWatch | None = None
+    turn_ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # The last process of the run is gone (set after ``done`` when an interrupt ended the turn).
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    settling: bool = False
 
     @property
     def last_seq(self) -> int:

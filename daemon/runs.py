@@ -8,12 +8,17 @@ atomic (see ``daemon/hub.py``).
 
 Cancellation marks the run first and only then signals the process: from that moment no output
 of the process is translated, so the only frames that still go out are those of
-``Translator.close`` (open cards closed, ``run_result`` cancelled).
+``Translator.close`` (open cards closed, ``run_result`` cancelled). It interrupts the CLI's turn
+first (a control request on stdin): when the turn's ``result`` comes within
+``[policy] interrupt_grace_s`` the closing frames go out at once, the session resumable, and the
+process cleanup (stdin closed, the CLI's own exit, then SIGTERM/SIGKILL and the sweep) finishes
+behind them; otherwise the cleanup comes first, as for a CLI that does not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -42,6 +47,7 @@ from policy.launch import (
 )
 from policy.request import RunRequest
 from translator import Outcome, Redactor, RunContext, Translator
+from translator.control import ResultWatch, control_request
 from translator.frames import (
     Diagnostic,
     Frame,
@@ -246,11 +252,34 @@ class RunManager:
             run.stopping = reason
             _log.info("run_stopping", run_id=run_id, reason=reason)
             if run.child is not None:
-                spawn(self._terminate(run.child), name=f"terminate:{run_id}")
+                self._interrupt(run, run.child)
+                spawn(self._terminate(run, run.child), name=f"terminate:{run_id}")
         return True
 
-    async def _terminate(self, child: ChildProcess) -> None:
-        await child.terminate(self.config.policy.cancel_grace_s)
+    def _interrupt(self, run: Run, child: ChildProcess) -> None:
+        """Ask the CLI to end its turn; the pump watches for the turn's result from now on."""
+        if self.config.policy.interrupt_grace_s <= 0 or child.returncode is not None:
+            return
+        run.interrupt = ResultWatch(self._limits.line_bytes)
+        if not child.send(control_request(f"interrupt:{run.run_id}", "interrupt")):
+            run.interrupt = None  # stdin is closed already: the run was over anyway
+
+    async def _terminate(self, run: Run, child: ChildProcess) -> None:
+        policy = self.config.policy
+        if run.interrupt is not None:
+            try:
+                async with asyncio.timeout(policy.interrupt_grace_s):
+                    await run.turn_ended.wait()
+            except TimeoutError:
+                _log.info("run_interrupt_unanswered", grace_s=policy.interrupt_grace_s)
+            else:
+                # The CLI exits on its own once stdin closes (after a fixed delay of its own):
+                # let it, so that it leaves its transcript whole; SIGTERM only if it does not.
+                child.close_stdin()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(policy.cancel_grace_s):
+                        await child.wait()
+        await child.terminate(policy.cancel_grace_s)
 
     # -- driving ---------------------------------------------------------------------------
 
@@ -290,6 +319,10 @@ class RunManager:
         while chunk := await child.read(READ_CHUNK):
             if run.stopping is None:
                 self._emit(run, run.translator.receive_data(chunk, time.time()))
+                if run.translator.channel.over:
+                    child.close_stdin()  # the last result, no background task open
+            elif run.interrupt is not None and run.interrupt.feed(chunk):
+                run.turn_ended.set()
             if len(chunk) == READ_CHUNK:
                 # A full read may leave output buffered, and a read of buffered output does
                 # not suspend: yield so that writers run between chunks of a run that floods
@@ -316,6 +349,8 @@ class RunManager:
             outcome = Outcome(reason="spawn_failed", stderr_tail="daemon error while supervising")
         finally:
             await asyncio.shield(self._finish(run, outcome))
+            if not run.settling:
+                run.settled.set()
 
     async def _supervise(self, run: Run) -> Outcome:
         plan = run.plan
@@ -344,6 +379,7 @@ class RunManager:
                 cwd=plan.cwd,
                 env=plan.env,
                 stdin=plan.stdin,
+                keep_stdin=True,
                 run_id=run.run_id,
                 stderr_lines=self.config.limits.stderr_lines,
                 redactor=run.translator.redactor,
@@ -354,17 +390,50 @@ class RunManager:
             return Outcome(reason="spawn_failed", stderr_tail=error)
         run.child = child
         if run.stopping is not None:  # cancelled while spawning
-            spawn(self._terminate(child), name=f"terminate:{run.run_id}")
+            spawn(self._terminate(run, child), name=f"terminate:{run.run_id}")
         pump = spawn(self._pump(run, child), name=f"pump:{run.run_id}")
+        exited = asyncio.ensure_future(child.wait())
+        ended = asyncio.ensure_future(run.turn_ended.wait())
         status: ExitStatus
         try:
             async with asyncio.timeout(self.config.policy.run_timeout_s):
-                status = await child.wait()
+                await asyncio.wait((exited, ended), return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             if run.stopping is None:
                 run.stopping = "timeout"
                 _log.info("run_timeout", timeout_s=self.config.policy.run_timeout_s)
-            status = await child.terminate(self.config.policy.cancel_grace_s)
+            await child.terminate(self.config.policy.cancel_grace_s)
+        finally:
+            ended.cancel()
+        if run.turn_ended.is_set() and not exited.done():
+            # A cancel's interrupt ended the turn: the closing frames go out now, and the
+            # process cleanup (``_terminate``, started by the cancel) finishes behind them.
+            run.settling = True
+            settle = spawn(self._settle(run, child, pump, exited), name=f"settle:{run.run_id}")
+            self._tasks.add(settle)
+            settle.add_done_callback(self._tasks.discard)
+            return Outcome(reason=run.stopping or "cancelled")
+        status = await exited
+        await self._after_exit(run, child, pump)
+        return Outcome(
+            reason=run.stopping or "exited",
+            exit_code=status.exit_code,
+            signal=status.signal,
+            # Redacted by the supervisor as one text, then cut: for the result and the log.
+            stderr_tail=child.stderr_tail(STDERR_TAIL_CHARS),
+        )
+
+    async def _settle(
+        self, run: Run, child: ChildProcess, pump: asyncio.Task[None], exited: asyncio.Future[Any]
+    ) -> None:
+        try:
+            status = await exited
+            await self._after_exit(run, child, pump)
+            _log.info("run_settled", exit_code=status.exit_code, signal=status.signal)
+        finally:
+            run.settled.set()
+
+    async def _after_exit(self, run: Run, child: ChildProcess, pump: asyncio.Task[None]) -> None:
         # A straggler holding stdout would keep the pipe open: reap, then drain with a bound.
         await child.reap_stragglers()
         try:
@@ -375,13 +444,6 @@ class RunManager:
         await child.aclose()
         if run.stopping is None and child.stderr_lines_seen:
             self._emit(run, run.translator.stderr_seen(child.stderr_lines_seen, time.time()))
-        return Outcome(
-            reason=run.stopping or "exited",
-            exit_code=status.exit_code,
-            signal=status.signal,
-            # Redacted by the supervisor as one text, then cut: for the result and the log.
-            stderr_tail=child.stderr_tail(STDERR_TAIL_CHARS),
-        )
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
         now = time.time()

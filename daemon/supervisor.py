@@ -170,8 +170,10 @@ class ChildProcess:
         on_stderr_line: Callable[[int], None] | None = None,
         cgroup: bool = True,
         redactor: Redactor = PLAIN,
+        keep_stdin: bool = False,
     ) -> ChildProcess:
-        """Start ``argv`` in a new session, write ``stdin`` and close it.
+        """Start ``argv`` in a new session, write ``stdin`` and close it (with ``keep_stdin``
+        leave it open: :meth:`send` writes more, :meth:`close_stdin` or a termination ends it).
 
         ``env`` must carry ``RUN_MARKER_VAR=run_id``: without it the run's escaped processes
         could not be found again, so it is refused. ``on_stderr_line(count)`` is called with the
@@ -205,6 +207,7 @@ class ChildProcess:
                 on_stderr_line=on_stderr_line,
                 cgroup=cgroup,
                 redactor=redactor,
+                keep_stdin=keep_stdin,
             )
         finally:
             os.close(cwd_fd)
@@ -223,6 +226,7 @@ class ChildProcess:
         on_stderr_line: Callable[[int], None] | None,
         cgroup: bool,
         redactor: Redactor,
+        keep_stdin: bool,
     ) -> ChildProcess:
         run_cgroup = RunCgroup.create(run_id) if cgroup else None
         launch = list(argv)
@@ -263,7 +267,7 @@ class ChildProcess:
             cgroup=run_cgroup,
             redactor=redactor,
         )
-        child._spawn_task(child._feed_stdin(stdin), "stdin")
+        child._spawn_task(child._feed_stdin(stdin, close=not keep_stdin), "stdin")
         child._spawn_task(child._drain_stderr(), "stderr")
         child._after_exit = child._spawn_task(child._close_output_after_exit(), "output-eof")
         return child
@@ -276,17 +280,42 @@ class ChildProcess:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _feed_stdin(self, data: bytes) -> None:
+    async def _feed_stdin(self, data: bytes, *, close: bool) -> None:
         # Written from a task so that a prompt larger than the pipe cannot deadlock a child that
         # writes before it has read everything. A child that exits early just breaks the pipe.
-        writer = self._proc.stdin
-        assert writer is not None  # noqa: S101 - PIPE was requested
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             if data:
-                writer.write(data)
-                await writer.drain()
+                self.send(data)
+                await self._stdin.drain()
+            if close:
+                self.close_stdin()
+                await self._stdin.wait_closed()
+
+    @property
+    def _stdin(self) -> asyncio.StreamWriter:
+        writer = self._proc.stdin
+        assert writer is not None  # noqa: S101 - PIPE was requested
+        return writer
+
+    def send(self, data: bytes) -> bool:
+        """Queue ``data`` (whole lines) on the child's stdin, after whatever was queued before;
+        False when stdin is closed already (then nothing is written)."""
+        writer = self._stdin
+        if writer.is_closing():
+            return False
+        writer.write(data)
+        return True
+
+    @property
+    def stdin_open(self) -> bool:
+        """Whether lines can still be sent (stdin not closed, nor closing)."""
+        return not self._stdin.is_closing()
+
+    def close_stdin(self) -> None:
+        """Close the child's stdin once what was queued is written (idempotent)."""
+        writer = self._stdin
+        if not writer.is_closing():
             writer.close()
-            await writer.wait_closed()
 
     async def _drain_stderr(self) -> None:
         reader = self._proc.stderr
@@ -386,6 +415,7 @@ class ChildProcess:
         return await asyncio.shield(self._terminating)
 
     async def _terminate(self, grace: float) -> ExitStatus:
+        self.close_stdin()
         if self.returncode is None:
             # The CLI stops its own Bash trees on SIGTERM: give it the chance first.
             procs.signal_group(self.pid, signal.SIGTERM)

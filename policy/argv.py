@@ -34,6 +34,10 @@ FIXED_FLAGS: Final = (
     "--permission-prompts",
     "none",
 )
+# The control channel (translator.control): the prompt and control requests are stream-json
+# lines on stdin, which stays open until the run is over. Apart from FIXED_FLAGS, which also
+# start the one-shot CLI of the golden captures (a text prompt on stdin, closed at once).
+CHANNEL_FLAGS: Final = ("--input-format", "stream-json")
 
 
 def build_argv(
@@ -46,7 +50,7 @@ def build_argv(
     max_budget_usd: float | None = None,
 ) -> tuple[str, ...]:
     """argv for one run; the operator's allow/deny rules go last, callers cannot add any."""
-    argv = [config.claude.path, *FIXED_FLAGS]
+    argv = [config.claude.path, *FIXED_FLAGS, *CHANNEL_FLAGS]
     if config.claude.settings:
         # Checked again here, not only at config load, in case a Config was built by hand.
         if refused_settings(config.claude.settings):

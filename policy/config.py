@@ -81,6 +81,9 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     run_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=7 * 24 * 3600)] = 1800.0
     max_budget_usd: Annotated[float, msgspec.Meta(gt=0, le=10_000)] | None = None
     cancel_grace_s: Annotated[float, msgspec.Meta(ge=0, le=300)] = 5.0
+    # How long a cancel waits for the CLI to end its turn on an ``interrupt`` (its session stays
+    # resumable) before SIGTERM; 0 goes straight to SIGTERM.
+    interrupt_grace_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 2.0
 
 
 class LimitsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -20,6 +20,7 @@ from policy.modes import CliMode, Mode, OChatMode, RequestMode, resolve_mode
 from policy.request import RunRequest
 from policy.session import check_resume, parse_session_id
 from policy.workspace import resolve_workspace
+from translator.control import opening
 
 __all__ = [
     "RUN_MARKER_VAR",
@@ -43,6 +44,7 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     argv: tuple[str, ...]
     cwd: str
     env: dict[str, str]
+    # The first stdin lines: ``initialize`` and the prompt as a user message (stdin stays open).
     stdin: bytes
     mode: RequestMode
     cli_mode: CliMode
@@ -122,7 +124,7 @@ def plan_launch(
         ),
         cwd=cwd,
         env=env,
-        stdin=request.task.encode("utf-8", "surrogatepass"),
+        stdin=opening(request.task),
         mode=mode.request,
         cli_mode=mode.cli,
         ochat_mode=mode.ochat,

@@ -16,6 +16,7 @@ import msgspec
 
 from translator import wire
 from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules
+from translator.control import Channel, task_count
 from translator.frames import (
     PROVIDER,
     Diagnostic,
@@ -55,6 +56,7 @@ _END_ERROR_TYPES: Final[dict[str, ErrorType]] = {
 _HANDLED_SUBTYPES: Final = frozenset(
     {
         "init",
+        "background_tasks_changed",
         "permission_denied",
         "task_started",
         "task_progress",
@@ -97,6 +99,8 @@ class Translator(CardRules):
         self._denials: dict[str, PermissionDenial] = {}
         self._files: dict[str, None] = {}
         self.review = Review(ctx.cwd)
+        # When the run is over (the daemon closes the CLI's stdin then): see translator.control.
+        self.channel = Channel()
         self.tools_started = self.tools_completed = self.tools_failed = 0
         self._revision = 0
         self._diag: dict[DiagnosticCode, int] = {}
@@ -297,6 +301,7 @@ class Translator(CardRules):
             # Several result lines may come (after a background task): the last one wins.
             self._last_result = msg
             self._session(msg.session_id)
+            self.channel.result()
         # stream_event and rate_limit_event: partial deltas and quotas, nothing for a card.
 
     def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> None:
@@ -323,6 +328,8 @@ class Translator(CardRules):
             self._session(msg.session_id)
         elif subtype == "permission_denied":
             self._permission_denied(msg)
+        elif subtype == "background_tasks_changed":
+            self.channel.tasks(task_count(msg.tasks))
         elif subtype in _HANDLED_SUBTYPES:
             self._task(subtype, msg)
         else:

@@ -90,6 +90,7 @@ class System(_Line, tag="system"):
     last_tool_name: msgspec.Raw = _RAW_NULL
     usage: msgspec.Raw = _RAW_NULL
     patch: msgspec.Raw = _RAW_NULL
+    tasks: msgspec.Raw = _RAW_NULL  # background_tasks_changed: every open background task
 
 
 class Result(_Line, tag="result"):

@@ -386,7 +386,8 @@ async def test_a_flooding_run_lets_the_loop_run_between_full_reads() -> None:
 
     task = asyncio.ensure_future(other())
     manager = RunManager.__new__(RunManager)  # _pump needs none of its state for a stopped run
-    run = SimpleNamespace(stopping="cancelled")  # output after a stop is read and dropped
+    # output after a stop is read and dropped (no interrupt is waiting for its result)
+    run = SimpleNamespace(stopping="cancelled", interrupt=None)
     await manager._pump(run, flood)  # type: ignore[arg-type]
     await task
     assert flood.done == 50

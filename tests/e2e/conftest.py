@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from daemon.server import ServerHandle, start_server
+from daemon.state import manager_of
 from policy.config import Config, development_config
 from tests.stub.anthropic import Stub, serve_stub
 from tests.stub.claude import API_KEY
@@ -102,6 +103,15 @@ class E2E:
     async def post(self, path: str) -> tuple[int, Any]:
         async with self.client.post(f"{BASE}{path}") as resp:
             return resp.status, await resp.json()
+
+    async def settled(self, run_id: str) -> None:
+        """Wait until the last process of ``run_id`` is gone: after a cancel the CLI honoured,
+        the closing frames go out first and the process cleanup finishes behind them."""
+        assert self.handle is not None
+        run = manager_of(self.handle.app).get(run_id)
+        assert run is not None
+        async with asyncio.timeout(30):
+            await run.settled.wait()
 
     def ws(self, run_id: str, after: int = 0) -> Any:
         return self.client.ws_connect(f"{BASE}/v1/ws?run={run_id}&after={after}")

@@ -181,6 +181,7 @@ async def test_cancel_mid_bash_ends_cancelled_and_leaves_no_process(e2e: E2E) ->
     assert bash["status"] == "failed"
     assert bash["error_type"] == "cancelled"
     assert frames[-1]["result"]["status"] == "cancelled"
+    await e2e.settled(run_id)
     assert marked_processes(run_id) == []
     status, state = await e2e.get(f"/v1/runs/{run_id}")
     assert state["status"] == "cancelled"
@@ -197,6 +198,7 @@ async def test_cancel_while_the_model_is_thinking(e2e: E2E) -> None:
     async with e2e.ws(run_id) as ws:
         frames = await frames_until(ws, is_run_result)
     assert frames[-1]["result"]["status"] == "cancelled"
+    await e2e.settled(run_id)
     assert marked_processes(run_id) == []
 
 
@@ -288,6 +290,7 @@ async def test_a_waiting_caller_that_hangs_up_cancels_its_run(e2e: E2E) -> None:
         frames = await frames_until(ws, is_run_result)
     final = frames[-1]["result"]
     assert final["status"] == "cancelled"
+    await e2e.settled(final["run_id"])
     assert marked_processes(final["run_id"]) == []
 
 

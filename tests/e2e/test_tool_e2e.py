@@ -182,6 +182,7 @@ async def test_agent_stop_returns_the_daemons_cancelled_result(e2e: E2E) -> None
     )
     assert result["status"] == "cancelled"
     assert result["session_id"]
+    await e2e.settled(result["run_id"])
     assert marked_processes(result["run_id"]) == []
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A fault-injecting stand-in for ``claude -p --output-format stream-json`` (stdlib only).
 
-It accepts the real CLI's flags, reads the prompt from stdin and prints stream-json lines shaped
+It accepts the real CLI's flags, reads the prompt from stdin (a stream-json user message with
+``--input-format stream-json``) and prints stream-json lines shaped
 like those of Claude Code 2.1.332. What it does is chosen by a scenario, taken from (first hit):
 
 1. the prompt's first line, ``fake: <scenario> key=value ...`` (works through the daemon, whose
@@ -17,6 +18,8 @@ Scenarios (keys in brackets):
   big_line          init, one line of [bytes=52428800] bytes, then a normal ending
   exit_before_init  a stderr message and exit 1, no stdout
   ignore_term       ignores SIGTERM; init, a tool_use, then sleeps
+  ignore_interrupt  init, a tool_use, then copies each later stdin line to [lines=PATH] without
+                    answering; writes "SIGTERM" there and exits 143 on SIGTERM
   grandchild        init, a Bash tool_use, leaves a double-forked setsid grandchild that ignores
                     SIGTERM and sleeps [pidfile=PATH] [hold_stdio=1: it keeps our stdout/stderr]
                     [scrub_env=1: it re-executes itself with an empty environment]
@@ -64,6 +67,20 @@ def _argv(args: list[str]) -> argparse.Namespace:
     parser.add_argument("--version", action="store_true")
     ns, _unknown = parser.parse_known_args(args)
     return ns
+
+
+def read_prompt() -> str:
+    """The prompt: a user message on a stream-json stdin (``--input-format stream-json``, after
+    the ``initialize`` request), else the whole of a text stdin. Stdin is not read any further
+    (like a CLI busy with its turn), so the daemon's later lines wait in the pipe."""
+    args = sys.argv
+    if "--input-format" not in args[:-1] or args[args.index("--input-format") + 1] != "stream-json":
+        return sys.stdin.read()
+    while line := sys.stdin.readline():
+        msg = json.loads(line)
+        if msg.get("type") == "user":
+            return str(msg["message"]["content"])
+    return ""
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -240,7 +257,7 @@ def main(args: list[str]) -> int:
     if ns.version:
         print(f"{VERSION} (Claude Code)")
         return 0
-    prompt = sys.stdin.read()
+    prompt = read_prompt()
     name, params = _scenario(prompt)
     s = Script(ns)
 
@@ -250,6 +267,21 @@ def main(args: list[str]) -> int:
     if name == "hang":
         if params.get("after") == "init":
             s.init()
+        _sleep_forever()
+    if name == "ignore_interrupt":
+        # Reads stdin on, writes each line to [lines=PATH], answers nothing; "SIGTERM" there
+        # when the daemon gives up on the interrupt.
+        record = open(params["lines"], "a", buffering=1)  # noqa: SIM115
+
+        def on_term(signum: int, frame: object) -> None:
+            record.write("SIGTERM\n")
+            os._exit(143)
+
+        signal.signal(signal.SIGTERM, on_term)
+        s.init()
+        s.tool_use("sleep 1000")
+        for line in sys.stdin:
+            record.write(line)
         _sleep_forever()
     if name == "ignore_term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

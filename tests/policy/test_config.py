@@ -45,6 +45,7 @@ max_concurrent_runs = 8
 run_timeout_s = 900
 max_budget_usd = 2.5
 cancel_grace_s = 3
+interrupt_grace_s = 0.5
 
 [limits]
 arg_bytes = 8192
@@ -73,6 +74,7 @@ def test_every_key_parses() -> None:
     assert config.policy.workspaces == ("/srv/workspaces", "/home/dev/projects")
     assert config.policy.run_timeout_s == 900.0
     assert config.policy.cancel_grace_s == 3.0
+    assert config.policy.interrupt_grace_s == 0.5
     assert config.limits.stderr_lines == 500
     assert config.store.max_runs == 500
 
@@ -88,6 +90,7 @@ def test_defaults() -> None:
     assert "auto" not in config.policy.allowed_modes
     assert config.policy.max_concurrent_runs == 4
     assert config.policy.max_budget_usd is None
+    assert config.policy.interrupt_grace_s == 2.0
     assert config.limits.task_bytes == 1024 * 1024
     assert config.limits.line_bytes == 8 * 1024 * 1024
     assert config.store.path == "var/codelegate.db"
@@ -147,6 +150,9 @@ REFUSED = [
     ('[policy]\nworkspaces = ["/a"]\nmax_budget_usd = 0', "policy.max_budget_usd", "> 0"),
     ('[policy]\nworkspaces = ["/a"]\nmax_budget_usd = nan', "policy.max_budget_usd", "> 0"),
     ('[policy]\nworkspaces = ["/a"]\ncancel_grace_s = -1', "policy.cancel_grace_s", ">= 0"),
+    ('[policy]\nworkspaces = ["/a"]\ninterrupt_grace_s = -1', "policy.interrupt_grace_s", ">= 0"),
+    ('[policy]\nworkspaces = ["/a"]\ninterrupt_grace_s = 61', "policy.interrupt_grace_s", "<= 60"),
+    ('[policy]\nworkspaces = ["/a"]\ninterrupt_grace_s = nan', "policy.interrupt_grace_s", ""),
     ('[policy]\nworkspaces = ["/a"]\nworkspace = ["/b"]', "policy.workspace", "workspaces,"),
     ('[policy]\nworkspaces = ["/a"]\n[polcy]\nx = 1', "polcy", "server, claude, policy"),
     ("policy = 3", "policy", "expected `object`, got `int`"),

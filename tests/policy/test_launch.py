@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 
 import msgspec
@@ -34,6 +35,8 @@ HEAD = (
     "",
     "--permission-prompts",
     "none",
+    "--input-format",
+    "stream-json",
     "--permission-mode",
 )
 ENV = {"PATH": "/usr/bin", "HOME": "/home/u", "SECRET_SAUCE": "x"}
@@ -153,7 +156,20 @@ def test_plan_launch_new_run(config: Config) -> None:
     result = plan(config, RunRequest(task="Fix the failing test ünïcode", mode="plan"))
     assert result.argv == (*HEAD, "plan", "--session-id", SID)
     assert result.cwd == ROOT
-    assert result.stdin == "Fix the failing test ünïcode".encode()
+    # The control channel: initialize first, then the task as a stream-json user message.
+    initialize, prompt = (json.loads(line) for line in result.stdin.splitlines())
+    assert initialize == {
+        "type": "control_request",
+        "request_id": "initialize",
+        "request": {"subtype": "initialize"},
+    }
+    assert prompt == {
+        "type": "user",
+        "message": {"role": "user", "content": "Fix the failing test ünïcode"},
+        "parent_tool_use_id": None,
+        "session_id": "",
+    }
+    assert result.stdin.endswith(b"\n")
     assert (result.mode, result.cli_mode, result.ochat_mode) == ("plan", "plan", "manual")
     assert (result.session_id, result.resumed, result.model, result.max_budget_usd) == (
         SID,

@@ -14,14 +14,19 @@ import os
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
+
+# A script of its own, started by path: the fakes' stdin reader is found from the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fakes.fake_claude import read_prompt
 
 
 def main() -> int:
     if "--version" in sys.argv:
         print("2.1.332 (Claude Code)")
         return 0
-    prompt = sys.stdin.read()
+    prompt = read_prompt()
     words = prompt.split("\n", 1)[0].split()
     params = dict(w.split("=", 1) for w in words[1:] if "=" in w)
     n, pad = int(params.get("n", "100")), int(params.get("pad", "1000"))

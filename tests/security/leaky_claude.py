@@ -19,8 +19,13 @@ import base64
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+# A script of its own, started by path: the fakes' stdin reader is found from the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fakes.fake_claude import read_prompt
 
 STDERR_LINE_CHARS = 2000  # the daemon's cut (daemon.supervisor): the token straddles it
 
@@ -29,7 +34,7 @@ def main() -> int:
     if "--version" in sys.argv:
         print("2.1.332 (Claude Code)")
         return 0
-    words = sys.stdin.read().split("\n", 1)[0].split()
+    words = read_prompt().split("\n", 1)[0].split()
     params = dict(w.split("=", 1) for w in words[1:] if "=" in w)
     with open(params["file"]) as fh:
         s: dict[str, str] = json.load(fh)

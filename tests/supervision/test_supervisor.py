@@ -49,6 +49,19 @@ async def test_the_prompt_arrives_on_stdin_and_is_closed(spawn_fake: Spawn) -> N
     assert await child.wait() == ExitStatus(0, None)
 
 
+async def test_a_kept_stdin_takes_more_lines_until_it_is_closed(spawn_fake: Spawn) -> None:
+    # The fake reads a text stdin to EOF before printing: its output comes only because stdin
+    # was closed here, after a later line; nothing can be sent once it is closed.
+    child = await spawn_fake("tools n=3", keep_stdin=True)
+    assert child.send(b"0 more\n") is True
+    child.close_stdin()
+    child.close_stdin()  # idempotent
+    assert child.send(b"late\n") is False
+    lines = (await read_all(child)).splitlines()
+    assert len(lines) == 5  # init + 3 tool lines + result
+    assert await child.wait() == ExitStatus(0, None)
+
+
 @pytest.mark.parametrize(
     ("how", "expected"),
     [

@@ -1,0 +1,135 @@
+"""The control channel: the stdin lines a run writes, and when the run is over (stdin closes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tests.translator.helpers import chunked, context, init_line, line, result_line
+from translator import Translator
+from translator.control import (
+    Channel,
+    ResultWatch,
+    control_request,
+    opening,
+    task_count,
+    user_message,
+)
+
+TRANSCRIPTS = Path(__file__).resolve().parents[1] / "golden" / "transcripts"
+
+
+def test_the_opening_is_initialize_then_the_prompt_as_whole_json_lines() -> None:
+    data = opening('Fix "it"\nplease ü \ud800')
+    first, second = data.split(b"\n")[:2]
+    assert data.count(b"\n") == 2
+    assert data.endswith(b"\n")
+    assert json.loads(first) == {
+        "type": "control_request",
+        "request_id": "initialize",
+        "request": {"subtype": "initialize"},
+    }
+    # A lone surrogate travels as a JSON escape: the line is ASCII, and reads back whole.
+    assert second.isascii()
+    assert json.loads(second)["message"] == {
+        "role": "user",
+        "content": 'Fix "it"\nplease ü \ud800',
+    }
+    assert user_message('Fix "it"\nplease ü \ud800') == second + b"\n"
+
+
+def test_an_interrupt_is_one_control_request_line() -> None:
+    raw = control_request("interrupt:r1", "interrupt")
+    assert raw.endswith(b"\n")
+    assert raw.count(b"\n") == 1
+    assert json.loads(raw) == {
+        "type": "control_request",
+        "request_id": "interrupt:r1",
+        "request": {"subtype": "interrupt"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "count"),
+    [(b'[{"task_id":"a"},{"task_id":"b"}]', 2), (b"[]", 0), (b"null", None), (b'"x"', None)],
+)
+def test_task_count_reads_the_list_of_open_tasks(raw: bytes, count: int | None) -> None:
+    assert task_count(msgspec.Raw(raw)) == count
+
+
+def test_the_channel_is_over_at_a_result_with_no_background_task_open() -> None:
+    channel = Channel()
+    assert not channel.over
+    channel.tasks(1)
+    channel.result()
+    assert not channel.over  # a background task still runs: its own turn and result follow
+    channel.tasks(None)  # a line that lists nothing readable changes nothing
+    assert channel.background == 1
+    channel.tasks(0)
+    assert not channel.over
+    channel.result()
+    assert channel.over
+    channel.tasks(1)  # a task started after that result: wait for the next one
+    assert not channel.over
+
+
+def _over_after_each_result(name: str) -> list[bool]:
+    translator = Translator(context())
+    seen = []
+    for raw in (TRANSCRIPTS / f"{name}.jsonl").read_bytes().splitlines(keepends=True):
+        translator.receive_data(raw, 1.0)
+        if json.loads(raw)["type"] == "result":
+            seen.append(translator.channel.over)
+    return seen
+
+
+def test_a_background_bash_keeps_stdin_open_until_the_result_after_its_notification() -> None:
+    assert _over_after_each_result("bash_background") == [False, True]
+
+
+def test_a_background_subagent_run_is_over_at_its_results() -> None:
+    assert _over_after_each_result("subagent_background") == [True, True]
+
+
+def test_a_plain_run_is_over_at_its_result_whatever_the_chunking() -> None:
+    data = init_line() + line(type="system", subtype="background_tasks_changed", tasks=[])
+    data += result_line()
+    for sizes in ([len(data)], [1] * len(data), [7, 300]):
+        translator = Translator(context())
+        for chunk in chunked(data, sizes):
+            translator.receive_data(chunk, 1.0)
+        assert translator.channel.over
+
+
+def test_the_result_watch_finds_a_result_line_in_any_chunking() -> None:
+    data = b'ial half line"}\nnot json\n{"type":"user"}\n[1]\n' + result_line() + b"{}\n"
+    for sizes in ([len(data)], [1] * len(data), [5, 40]):
+        watch = ResultWatch(1 << 16)
+        seen = [watch.feed(chunk) for chunk in chunked(data, sizes)]
+        assert seen[-1]
+        assert seen.count(True) == len(chunked(data, sizes)) - seen.index(True)
+        assert len(sizes) == 1 or not seen[0]
+        assert watch.feed(b"more") is True  # stays seen
+
+
+def test_the_result_watch_ignores_everything_but_a_result() -> None:
+    watch = ResultWatch(1 << 16)
+    assert not watch.feed(init_line() + b'{"type":"control_response"}\n')
+    assert not watch.feed(b"")
+
+
+def test_control_lines_of_the_cli_are_read_without_a_diagnostic() -> None:
+    translator = Translator(context())
+    answers = line(
+        type="control_response",
+        response={"subtype": "success", "request_id": "initialize", "response": {}},
+    )
+    answers += line(type="control_cancel_request", request_id="r")
+    answers += line(type="control_request", request_id="r", request={"subtype": "can_use_tool"})
+    translator.receive_data(init_line(), 1.0)
+    assert translator.receive_data(answers, 1.0) == []
+    assert translator.receive_data(answers[:-1], 1.0) == []  # line by line, not as a block
+    assert translator.receive_data(b"\n", 1.0) == []
