@@ -8,6 +8,7 @@ state they act on and the intake of lines.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from typing import Final
 
@@ -31,7 +32,6 @@ from translator.frames import (
 from translator.outcome import Limits, RunContext
 from translator.patch import creation_diff, unified_diff
 from translator.redact import (
-    bound_chars,
     bound_text,
     clean_chars,
     clean_flat,
@@ -46,6 +46,7 @@ from translator.summary import (
     changed_path,
     tool_title,
 )
+from translator.units import bound_units, clean_units
 
 TOOL_PREFIX: Final = "claude:"
 NAME_PREFIX: Final = "Claude Code › "
@@ -59,7 +60,6 @@ class Card:
 
     # A plain slotted class: one is made per tool call, on the hot path.
     __slots__ = (
-        "activity_seq",
         "args",
         "background",
         "changed",
@@ -68,6 +68,7 @@ class Card:
         "kind",
         "name",
         "parent_tool_id",
+        "sequence",
         "started",
         "task_status",
         "tool",
@@ -93,7 +94,7 @@ class Card:
         self.started = started
         self.args = args
         self.changed = changed
-        self.activity_seq = 0
+        self.sequence = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
         self.background = False  # an async subagent: ends on task_notification, not its result
         self.denied: str | None = None  # the CLI's reason when permission was denied
         self.content: str | None = None  # a Write's text, for a creation diff
@@ -123,6 +124,8 @@ class CardRules:
     _files: dict[str, None]
     _invocation: str | None
     _parent: str | None
+    _sequence: int
+    _message_ids: dict[str, None]
     _count: Callable[..., None]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
@@ -177,6 +180,11 @@ class CardRules:
                 card.content = content[: 2 * limits.result_bytes]
         self._cards[use_id] = card
         self.tools_started += 1
+        if self._invocation is not None:
+            # The row first: a tool_call before it would make O Chat show a raw row (the
+            # command, an absolute path) until the typed row replaced it.
+            self._sequence = card.sequence = self._sequence + 1
+            self._activity(card, "running")
         # Built here rather than through _frame: keyword splatting cost a microsecond a frame.
         self.seq = seq = self.seq + 1
         self._out.append(
@@ -195,11 +203,9 @@ class CardRules:
                 status="in_progress",
                 parent_tool_id=card.parent_tool_id,
                 # From the cleaned args: already redacted, so only cut here.
-                summary=bound_chars(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
+                summary=bound_units(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
             )
         )
-        if self._invocation is not None:
-            self._activity(card, "running")
         held = self._held.pop(use_id, None) if self._held else None
         if held:
             self._held_count -= len(held)
@@ -331,6 +337,10 @@ class CardRules:
                 self._files[card.changed] = None
         else:
             self.tools_failed += 1
+            if error and not text.strip():
+                text = error  # O Chat shows a card's result, never its error
+        if self._invocation is not None:
+            self._activity(card, "completed" if ok else "failed")
         self.seq = seq = self.seq + 1
         self._out.append(
             ToolResult(
@@ -353,8 +363,6 @@ class CardRules:
                 parent_tool_id=card.parent_tool_id,
             )
         )
-        if self._invocation is not None:
-            self._activity(card, "completed" if ok else "failed")
 
     def _progress(
         self, card: Card, elapsed_ms: int, summary: str | None = None, **counters: object
@@ -364,7 +372,7 @@ class CardRules:
             tool_id=card.tool_id,
             name=card.name,
             elapsed_ms=max(elapsed_ms, 0),
-            summary=clean_chars(summary, self.limits.summary_chars) if summary else None,
+            summary=clean_units(summary, self.limits.summary_chars) if summary else None,
             **counters,
         )
 
@@ -372,6 +380,9 @@ class CardRules:
         return max(int((self._now - card.started) * 1000), 0)
 
     def _message(self, text: str, parent: str | None) -> None:
+        # O Chat keeps a message by its id (and drops one without): the run's n-th message.
+        message_id = f"{self._run_id}:message:{len(self._message_ids) + 1}"
+        self._message_ids[message_id] = None
         self.seq = seq = self.seq + 1
         self._out.append(
             ProviderMessage(
@@ -384,24 +395,32 @@ class CardRules:
                 invocationId=self._invocation,
                 parentToolCallId=self._parent,
                 role="assistant",
-                text=clean_chars(text, self.limits.text_chars),
+                messageId=message_id,
+                text=clean_units(text, self.limits.text_chars),
                 parent_tool_id=TOOL_PREFIX + parent if parent else None,
             )
         )
 
     def _activity(self, card: Card, status: ActivityStatus) -> None:
-        card.activity_seq += 1
         title, summary = activity_texts(card.kind, status)
+        changed = card.changed
         self._frame(
             ProviderActivity,
             activityId=card.tool_id,
-            sequence=card.activity_seq,
+            sequence=card.sequence,
             kind=card.kind,
             status=status,
             title=title,
             summary=summary,
-            files=[card.changed] if card.changed is not None else None,
+            # The only per-row detail O Chat shows: file names (it keeps at most 8 of 128 chars).
+            files=_file_names(changed),
         )
+
+
+def _file_names(changed: str | None) -> list[str] | None:
+    # Basenames: a row is no place for the workspace's layout, nor for an absolute path.
+    name = posixpath.basename(changed.rstrip("/")) if changed else ""
+    return [clean_chars(name, 128)] if name else None
 
 
 def _result_text(content: list[wire.Part] | None) -> str:

@@ -80,7 +80,9 @@ class Translator(CardRules):
         self._denials: dict[str, PermissionDenial] = {}
         self._files: dict[str, None] = {}
         self.tools_started = self.tools_completed = self.tools_failed = 0
-        self._revision = 0
+        self._revision = ctx.revision_base  # the Work Room's, continued across its runs
+        self._sequence = ctx.sequence_base  # the last Work Room row number used
+        self._message_ids: dict[str, None] = {}
         self._diag: dict[DiagnosticCode, int] = {}
         self._diag_sent: dict[DiagnosticCode, int] = {}
         parent = ctx.parent_tool_call_id
@@ -194,6 +196,16 @@ class Translator(CardRules):
     @property
     def last_result(self) -> wire.Result | None:
         return self._last_result
+
+    @property
+    def revision(self) -> int:
+        """The last ``stateRevision`` used under this run's invocation id (kept by the daemon)."""
+        return self._revision
+
+    @property
+    def activity_sequence(self) -> int:
+        """The last Work Room row number used under this run's invocation id."""
+        return self._sequence
 
     @property
     def denials(self) -> dict[str, PermissionDenial]:

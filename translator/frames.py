@@ -90,6 +90,9 @@ class ProviderMessage(_Frame, tag="provider_message", frozen=True, kw_only=True)
     """Assistant text."""
 
     role: Literal["assistant"]
+    # The run's n-th message ("<run_id>:message:<n>"): O Chat keeps a message by it. Empty only
+    # in frames stored before it existed.
+    messageId: str = ""
     text: str
     parent_tool_id: str | None = None
 
@@ -112,7 +115,7 @@ class ProviderActivity(_Frame, tag="provider_activity", frozen=True, kw_only=Tru
     """One Work Room row, mirroring a card (when the request named a parent)."""
 
     activityId: str
-    sequence: int
+    sequence: int  # the row's place in the Work Room: its card's first-seen ordinal there
     kind: ActivityKind
     status: ActivityStatus
     title: str

@@ -12,10 +12,12 @@ from translator.frames import (
     PermissionDenial,
     ProviderActivity,
     ProviderInvocation,
+    ProviderMessage,
     RunResult,
     ToolCall,
     ToolResult,
 )
+from translator.summary import changed_path
 
 if TYPE_CHECKING:
     from translator.core import Translator
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
     """Replay stored frames into a fresh translator: seq, open cards, counters, revision."""
     t._started = True
-    changed: dict[str, str | None] = {}
+    sequences: dict[str, int] = {}
     for frame in frames:
         t.seq = max(t.seq, frame.seq)
         if frame.child_session_id:
@@ -32,9 +34,8 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
         if isinstance(frame, ToolCall):
             use_id = frame.tool_id.removeprefix(TOOL_PREFIX)
             tool = frame.name.removeprefix(NAME_PREFIX)
-            path = frame.args.get("file_path") if isinstance(frame.args, dict) else None
-            card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, None)
-            changed[use_id] = path if isinstance(path, str) else None
+            changed = changed_path(tool, frame.args, t.ctx.cwd)
+            card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, changed)
             t._seen.add(use_id)
             t._cards[use_id] = card
             t.tools_started += 1
@@ -43,11 +44,8 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
             closed = t._cards.pop(use_id, None)
             if frame.status == "completed":
                 t.tools_completed += 1
-                path = changed.get(use_id)
-                if path is not None and closed is not None and closed.kind == "file_change":
-                    from translator.summary import relative_path
-
-                    t._files[relative_path(path, t.ctx.cwd)] = None
+                if closed is not None and closed.changed is not None:
+                    t._files[closed.changed] = None
             else:
                 t.tools_failed += 1
             if frame.error_type == "permission_denied":
@@ -57,9 +55,10 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
                     input=closed.args if closed else None,
                 )
         elif isinstance(frame, ProviderActivity):
-            open_card = t._cards.get(frame.activityId.removeprefix(TOOL_PREFIX))
-            if open_card is not None:
-                open_card.activity_seq = max(open_card.activity_seq, frame.sequence)
+            sequences[frame.activityId.removeprefix(TOOL_PREFIX)] = frame.sequence
+            t._sequence = max(t._sequence, frame.sequence)
+        elif isinstance(frame, ProviderMessage):
+            t._message_ids[frame.messageId] = None
         elif isinstance(frame, ProviderInvocation):
             t._revision = max(t._revision, frame.stateRevision)
         elif isinstance(frame, Diagnostic):
@@ -67,3 +66,6 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
         elif isinstance(frame, RunResult):
             t.result = frame.result
             t._closed = True
+    # A card's rows keep their number (sent before its tool_call, or after it by older daemons).
+    for use_id, card in t._cards.items():
+        card.sequence = sequences.get(use_id, 0)

@@ -117,7 +117,7 @@ def test_frame_ids_are_stable_and_seq_gapless() -> None:
     frames = run([assistant(tool_use("t1", "Read")), tool_result("t1")])
     assert [f.seq for f in frames] == list(range(1, len(frames) + 1))
     assert frames[0].id == "run-1:1"
-    assert isinstance(frames[1], ToolCall)
+    assert isinstance(frames[2], ToolCall)  # after the invocation and the card's row
 
 
 def test_a_lone_newline_chunk() -> None:
