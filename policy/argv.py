@@ -21,6 +21,9 @@ FIXED_FLAGS: Final = (
     "--output-format",
     "stream-json",
     "--verbose",
+    # Cards open when a tool_use block starts and text streams (the full lines still follow):
+    # a long Write is visible while the model writes it.
+    "--include-partial-messages",
     "--safe-mode",
     "--permission-prompts",
     "none",

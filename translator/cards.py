@@ -53,6 +53,8 @@ NAME_PREFIX: Final = "Claude Code › "
 _UNKNOWN_TOOL: Final = "unknown"
 _TASK_END: Final = frozenset({"completed", "failed", "stopped", "killed"})
 _args_encoder: Final = msgspec.json.Encoder()
+_STREAM_EVERY: Final = 0.1  # seconds between two updates of a streamed message (≈ 10 a second)
+_SPACES: Final = (" ", "\n", "\t")
 
 
 class Card:
@@ -68,6 +70,7 @@ class Card:
         "kind",
         "name",
         "parent_tool_id",
+        "partial",
         "sequence",
         "started",
         "task_status",
@@ -94,11 +97,27 @@ class Card:
         self.started = started
         self.args = args
         self.changed = changed
+        self.partial = False  # opened at its block's start: the arguments are still coming
         self.sequence = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
         self.background = False  # an async subagent: ends on task_notification, not its result
         self.denied: str | None = None  # the CLI's reason when permission was denied
         self.content: str | None = None  # a Write's text, for a creation diff
         self.task_status: str | None = None  # a background task's end, from task_updated
+
+
+class StreamedText:
+    """An assistant text block as it streams (``--include-partial-messages``)."""
+
+    __slots__ = ("chunks", "key", "message_id", "parent", "sent", "sent_at", "size")
+
+    def __init__(self, message_id: str, key: tuple[str | None, int]) -> None:
+        self.message_id = message_id
+        self.key = key
+        self.parent = key[0]
+        self.chunks: list[str] = []
+        self.size = 0
+        self.sent = ""
+        self.sent_at = float("-inf")
 
 
 class CardRules:
@@ -126,6 +145,8 @@ class CardRules:
     _parent: str | None
     _sequence: int
     _message_ids: dict[str, None]
+    _streams: dict[tuple[str | None, int], StreamedText]
+    _pending: dict[str | None, list[StreamedText]]
     _count: Callable[..., None]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
@@ -140,10 +161,15 @@ class CardRules:
         for block in content:
             kind = block.type
             if kind == "tool_use":
-                if block.id and block.id not in self._seen:
+                use_id = block.id
+                if use_id and use_id not in self._seen:
                     # A tool's name is short; bounded anyway, as it goes into every frame.
                     tool = (block.name or _UNKNOWN_TOOL)[:128]
-                    self._open(block.id, tool, block.input, parent)
+                    self._open(use_id, tool, block.input, parent)
+                elif use_id:
+                    card = self._cards.get(use_id)
+                    if card is not None and card.partial:
+                        self._fill(card, block.input)
             elif kind == "text" and block.text:
                 self._message(block.text, parent)
 
@@ -155,8 +181,37 @@ class CardRules:
             if block.type == "tool_result" and block.tool_use_id:
                 self._tool_result(block, msg.tool_use_result, msg.parent_tool_use_id)
 
-    def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
+    def _open(
+        self, use_id: str, tool: str, raw_args: object, parent: str | None, partial: bool = False
+    ) -> None:
         self._seen.add(use_id)
+        card = Card(use_id, tool, TOOL_PREFIX + parent if parent else None, self._now, None, None)
+        card.partial = partial
+        self._set_args(card, raw_args)
+        self._cards[use_id] = card
+        self.tools_started += 1
+        if self._invocation is not None:
+            # The row first: a tool_call before it would make O Chat show a raw row (the
+            # command, an absolute path) until the typed row replaced it.
+            self._sequence = card.sequence = self._sequence + 1
+            self._activity(card, "running")
+        self._call(card)
+        held = self._held.pop(use_id, None) if self._held else None
+        if held:
+            self._held_count -= len(held)
+            for msg in held:
+                self._dispatch(msg)
+
+    def _fill(self, card: Card, raw_args: object) -> None:
+        # The block of a card opened at its start is complete: a repeated tool_call carries
+        # the whole (bounded) arguments, and O Chat and the terminal update the card in place.
+        card.partial = False
+        self._set_args(card, raw_args)
+        if self._invocation is not None and card.changed is not None:
+            self._activity(card, "running")  # the row learns its file
+        self._call(card)
+
+    def _set_args(self, card: Card, raw_args: object) -> None:
         limits = self.limits
         args: object = (
             clean_flat(raw_args, limits.arg_bytes, limits.items) if type(raw_args) is dict else None
@@ -166,25 +221,16 @@ class CardRules:
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
             args = _shrink_args(args, limits.arg_bytes)
-        card = Card(
-            use_id,
-            tool,
-            TOOL_PREFIX + parent if parent else None,
-            self._now,
-            args,
-            changed_path(tool, raw_args, self.ctx.cwd),
-        )
+        card.args = args
+        tool = card.tool
+        card.changed = changed_path(tool, raw_args, self.ctx.cwd)
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
             if isinstance(content, str):
                 card.content = content[: 2 * limits.result_bytes]
-        self._cards[use_id] = card
-        self.tools_started += 1
-        if self._invocation is not None:
-            # The row first: a tool_call before it would make O Chat show a raw row (the
-            # command, an absolute path) until the typed row replaced it.
-            self._sequence = card.sequence = self._sequence + 1
-            self._activity(card, "running")
+
+    def _call(self, card: Card) -> None:
+        limits = self.limits
         # Built here rather than through _frame: keyword splatting cost a microsecond a frame.
         self.seq = seq = self.seq + 1
         self._out.append(
@@ -199,18 +245,15 @@ class CardRules:
                 parentToolCallId=self._parent,
                 tool_id=card.tool_id,
                 name=card.name,
-                args=args,
+                args=card.args,
                 status="in_progress",
                 parent_tool_id=card.parent_tool_id,
                 # From the cleaned args: already redacted, so only cut here.
-                summary=bound_units(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
+                summary=bound_units(
+                    tool_title(card.tool, card.args, self.ctx.cwd), limits.summary_chars
+                ),
             )
         )
-        held = self._held.pop(use_id, None) if self._held else None
-        if held:
-            self._held_count -= len(held)
-            for msg in held:
-                self._dispatch(msg)
 
     def _tool_result(self, block: wire.ResultBlock, extra: msgspec.Raw, parent: str | None) -> None:
         use_id = block.tool_use_id or ""
@@ -380,9 +423,87 @@ class CardRules:
         return max(int((self._now - card.started) * 1000), 0)
 
     def _message(self, text: str, parent: str | None) -> None:
+        # A text block whose start streamed already keeps that message's id (blocks of one
+        # parent come in order); the full text replaces what was streamed.
+        pending = self._pending.get(parent) if self._pending else None
+        if pending:
+            streamed = pending.pop(0)
+            self._unstream(streamed)
+            message_id = streamed.message_id
+        else:
+            message_id = self._message_id()
+        self._message_frame(message_id, clean_units(text, self.limits.text_chars), parent)
+
+    def _message_id(self) -> str:
         # O Chat keeps a message by its id (and drops one without): the run's n-th message.
         message_id = f"{self._run_id}:message:{len(self._message_ids) + 1}"
         self._message_ids[message_id] = None
+        return message_id
+
+    def _stream(self, msg: wire.StreamEvent) -> None:
+        event = msg.event
+        parent = msg.parent_tool_use_id
+        if event is None or (parent is not None and parent not in self._seen):
+            return  # a subagent's partial before its Task card: its full lines are held
+        kind = event.type
+        if kind == "content_block_delta":
+            streamed = self._streams.get((parent, event.index))
+            delta = event.delta
+            if streamed is not None and delta is not None and delta.text:
+                self._grow(streamed, delta.text)
+            return
+        if kind == "message_start":
+            # Every block of the previous message came whole; one that did not (a stream cut
+            # off) ends as far as it got, so that nothing stays half-shown.
+            if parent in self._pending:
+                self._end_streams([parent])
+            return
+        block = event.content_block
+        if kind != "content_block_start" or block is None:
+            return
+        if block.type == "tool_use":
+            if block.id and block.id not in self._seen:
+                tool = (block.name or _UNKNOWN_TOOL)[:128]
+                self._open(block.id, tool, {}, parent, partial=True)
+        elif block.type == "text":
+            streamed = StreamedText(self._message_id(), (parent, event.index))
+            self._streams[streamed.key] = streamed
+            self._pending.setdefault(parent, []).append(streamed)
+
+    def _grow(self, streamed: StreamedText, text: str) -> None:
+        if streamed.size <= 2 * self.limits.text_chars:  # the full line has the rest anyway
+            streamed.chunks.append(text)
+            streamed.size += len(text)
+        if self._now - streamed.sent_at < _STREAM_EVERY:
+            return  # coalesced: the next delta (or the full text) carries this one
+        so_far = "".join(streamed.chunks)
+        streamed.chunks = [so_far]
+        # Up to the last space: a credential-shaped word is masked only once it is whole.
+        settled = so_far[: max(0, *(so_far.rfind(space) for space in _SPACES))].rstrip()
+        if not settled:
+            return
+        text = clean_units(settled, self.limits.text_chars)
+        if text != streamed.sent:
+            streamed.sent, streamed.sent_at = text, self._now
+            self._message_frame(streamed.message_id, text, streamed.parent, partial=True)
+
+    def _unstream(self, streamed: StreamedText) -> None:
+        if self._streams.get(streamed.key) is streamed:
+            del self._streams[streamed.key]
+
+    def _end_streams(self, parents: list[str | None]) -> None:
+        """Streamed texts of ``parents`` whose full line never came: ended with what streamed."""
+        for parent in parents:
+            for streamed in self._pending.pop(parent, ()):
+                self._unstream(streamed)
+                text = "".join(streamed.chunks)
+                if text.strip():
+                    text = clean_units(text, self.limits.text_chars)
+                    self._message_frame(streamed.message_id, text, streamed.parent)
+
+    def _message_frame(
+        self, message_id: str, text: str, parent: str | None, partial: bool = False
+    ) -> None:
         self.seq = seq = self.seq + 1
         self._out.append(
             ProviderMessage(
@@ -396,8 +517,9 @@ class CardRules:
                 parentToolCallId=self._parent,
                 role="assistant",
                 messageId=message_id,
-                text=clean_units(text, self.limits.text_chars),
+                text=text,
                 parent_tool_id=TOOL_PREFIX + parent if parent else None,
+                partial=partial,
             )
         )
 

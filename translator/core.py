@@ -15,7 +15,7 @@ from typing import Final, Literal
 import msgspec
 
 from translator import wire
-from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules
+from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules, StreamedText
 from translator.frames import (
     PROVIDER,
     Diagnostic,
@@ -51,6 +51,8 @@ _HANDLED_SUBTYPES: Final = frozenset(
         "task_notification",
     }
 )
+# Partial-message events that can open a card or grow a text (the rest carry nothing).
+_STREAMED: Final = frozenset({"content_block_start", "content_block_delta", "message_start"})
 # Known subtypes that carry nothing for cards: most system lines, dismissed with one lookup.
 _PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 
@@ -83,6 +85,8 @@ class Translator(CardRules):
         self._revision = ctx.revision_base  # the Work Room's, continued across its runs
         self._sequence = ctx.sequence_base  # the last Work Room row number used
         self._message_ids: dict[str, None] = {}
+        self._streams: dict[tuple[str | None, int], StreamedText] = {}  # (parent, index)
+        self._pending: dict[str | None, list[StreamedText]] = {}  # awaiting their full line
         self._diag: dict[DiagnosticCode, int] = {}
         self._diag_sent: dict[DiagnosticCode, int] = {}
         parent = ctx.parent_tool_call_id
@@ -142,6 +146,8 @@ class Translator(CardRules):
         self._now = now
         for line in self._splitter.feed(b""):
             self._line(line)
+        if self._pending:
+            self._end_streams(list(self._pending))
         # Subagent lines still waiting for their Task card are not dropped: shown as they are.
         while self._held:
             _, held = self._held.popitem()
@@ -231,8 +237,13 @@ class Translator(CardRules):
         for msg in messages:
             kind = type(msg)
             # The commonest lines that carry nothing are dismissed here, without a call:
-            # partial deltas (the full line follows) and passive system subtypes.
+            # partial deltas of thinking and tool input, and passive system subtypes.
             if kind is stream_event:
+                event = msg.event  # type: ignore[union-attr]
+                if event is not None and event.type in _STREAMED:
+                    delta = event.delta
+                    if delta is None or delta.type == "text_delta":
+                        self._stream(msg)  # type: ignore[arg-type]
                 continue
             if kind is system and msg.subtype in passive:  # type: ignore[union-attr]
                 continue
@@ -275,7 +286,9 @@ class Translator(CardRules):
             # Several result lines may come (after a background task): the last one wins.
             self._last_result = msg
             self._session(msg.session_id)
-        # stream_event and rate_limit_event: partial deltas and quotas, nothing for a card.
+        elif type(msg) is wire.StreamEvent:
+            self._stream(msg)
+        # rate_limit_event: quotas, nothing for a card.
 
     def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> None:
         # A subagent's line came before its Task tool_use: keep it until the card opens, within

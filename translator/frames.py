@@ -95,6 +95,9 @@ class ProviderMessage(_Frame, tag="provider_message", frozen=True, kw_only=True)
     messageId: str = ""
     text: str
     parent_tool_id: str | None = None
+    # True while the text is still streaming (the last frame of a messageId has the full text):
+    # a client that prints messages once prints the one without it.
+    partial: bool = False
 
 
 class ProviderInvocation(_Frame, tag="provider_invocation", frozen=True, kw_only=True):

@@ -35,6 +35,10 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
             use_id = frame.tool_id.removeprefix(TOOL_PREFIX)
             tool = frame.name.removeprefix(NAME_PREFIX)
             changed = changed_path(tool, frame.args, t.ctx.cwd)
+            card = t._cards.get(use_id)
+            if card is not None:  # a card opened at its block's start, then filled
+                card.args, card.changed = frame.args, changed
+                continue
             card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, changed)
             t._seen.add(use_id)
             t._cards[use_id] = card

@@ -127,8 +127,12 @@ def _check_rows(frames: list[dict[str, Any]], steps: list[Items]) -> None:
 
 
 def _messages(frames: list[dict[str, Any]]) -> list[str]:
-    texts = (f["text"].strip() for f in frames if f["type"] == "provider_message")
-    return [text for text in texts if text]
+    """Each message's last text, in the order the messages began (a streamed one grows)."""
+    texts: dict[str, str] = {}
+    for frame in frames:
+        if frame["type"] == "provider_message" and frame["text"].strip():
+            texts[frame["messageId"]] = frame["text"].strip()
+    return list(texts.values())
 
 
 @pytest.mark.parametrize(("set_name", "path", "entry"), CASES)

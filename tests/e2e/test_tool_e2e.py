@@ -136,12 +136,20 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
         ("inspect", "running"),
         ("inspect", "completed"),
         ("file_change", "running"),
+        ("file_change", "running"),  # opened at its block's start, then it names its file
         ("file_change", "completed"),
         ("command", "running"),
         ("command", "failed"),
     ]
     calls = [f for f in frames if f["type"] == "tool_call"]
-    assert [a["activityId"] for a in activities[::2]] == [f["tool_id"] for f in calls]
+    assert list(dict.fromkeys(a["activityId"] for a in activities)) == list(
+        dict.fromkeys(f["tool_id"] for f in calls)
+    )
+    assert [a.get("files") for a in activities if a["kind"] == "file_change"] == [
+        None,
+        ["hello.py"],
+        ["hello.py"],
+    ]
     assert [d["name"] for d in result["permission_denials"]] == ["Bash"]
 
     # A follow-up prompt under the same parent tool call continues the Work Room.
@@ -166,8 +174,10 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
     rows = [f["sequence"] for f in follow_up if f["type"] == "provider_activity"]
     assert rows == [4, 4]  # the fourth card of this Work Room
     texts = [f for f in follow_up if f["type"] == "provider_message"]
-    assert [t["text"] for t in texts] == ["It now says hello there."]
-    assert texts[0]["messageId"].startswith(again["run_id"])
+    # Streamed: it grows under one messageId, and the last frame has the whole text.
+    assert {t["messageId"] for t in texts} == {f"{again['run_id']}:message:1"}
+    assert texts[-1]["text"] == "It now says hello there."
+    assert "partial" not in texts[-1]
 
 
 async def test_tool_reports_a_refusal_as_a_result(

@@ -27,6 +27,7 @@ HEAD = (
     "--output-format",
     "stream-json",
     "--verbose",
+    "--include-partial-messages",
     "--safe-mode",
     "--permission-prompts",
     "none",

@@ -140,11 +140,12 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
     assert modes[0] in SAFE_CLI_MODES
     assert not DANGEROUS_FLAGS & set(argv)
     assert not any(names_bypass(arg) for arg in argv)
-    assert argv[1:8] == (
+    assert argv[1:9] == (
         "-p",
         "--output-format",
         "stream-json",
         "--verbose",
+        "--include-partial-messages",
         "--safe-mode",
         "--permission-prompts",
         "none",

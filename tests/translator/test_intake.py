@@ -18,7 +18,7 @@ from translator.frames import ToolCall
 ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
 
 
-def test_stream_events_never_make_duplicate_cards() -> None:
+def test_a_card_opens_at_its_blocks_start_and_fills_in_place_never_twice() -> None:
     event = line(
         type="stream_event",
         event={
@@ -29,13 +29,20 @@ def test_stream_events_never_make_duplicate_cards() -> None:
     frames = run(
         [
             event,
-            assistant(tool_use("t1", "Read")),
+            assistant(tool_use("t1", "Read", file_path="/srv/workspaces/demo/a.py")),
             event,
+            assistant(tool_use("t1", "Read", file_path="/srv/workspaces/demo/b.py")),
             line(type="rate_limit_event", rate_limit_info={}),
         ]
     )
-    assert len(of_type(frames, "tool_call")) == 1
+    calls = of_type(frames, "tool_call")
+    # Opened with what is known (its name), then its arguments, once, in the same card.
+    assert [(c["tool_id"], c["args"], c["summary"]) for c in calls] == [
+        ("claude:t1", {}, "Read"),
+        ("claude:t1", {"file_path": "/srv/workspaces/demo/a.py"}, "Read a.py"),
+    ]
     assert of_type(frames, "diagnostic") == []
+    assert of_type(frames, "run_result")[0]["result"]["tools"]["started"] == 1
 
 
 def test_bad_input_becomes_diagnostics_with_counts_never_content() -> None:

@@ -36,8 +36,10 @@ def check_invariants(frames: Sequence[Frame]) -> None:
     closed: Counter[str] = Counter()
     for frame in frames:
         if isinstance(frame, ToolCall):
-            opened[frame.tool_id] += 1
-            assert opened[frame.tool_id] == 1, "a second card for one tool_use id"
+            # A repeated tool_call updates its open card (a card opened at its block's start
+            # gets its arguments); after its result, it would be a second card.
+            assert not closed[frame.tool_id], "a second card for one tool_use id"
+            opened[frame.tool_id] = 1
         elif isinstance(frame, ToolResult):
             assert opened[frame.tool_id] == 1, "a result without its earlier call"
             closed[frame.tool_id] += 1
