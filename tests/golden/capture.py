@@ -32,6 +32,7 @@ from pathlib import Path
 from tests.conftest import pinned_claude
 from tests.stub.anthropic import (
     Stub,
+    Text,
     Thinking,
     ToolUse,
     Turn,
@@ -349,6 +350,29 @@ scenario(
         text("hello.py prints hello world."),
     ],
 )(one_run("What does hello.py print?", extra=["--include-partial-messages"]))
+
+
+LONG_MODULE = "".join(f"def f{n}(x):\n    return x + {n}\n\n\n" for n in range(40))
+
+scenario(
+    "partial_write",
+    "--include-partial-messages as the daemon runs it: a long text streamed in many text_delta "
+    "lines, then a Write of a 1.5 KB file whose input arrives in many input_json_delta lines "
+    "(its card can open at content_block_start), a Bash, and a streamed final answer",
+    lambda sb: [
+        Turn(
+            [
+                Text(
+                    "I will write the module in one go, then list the folder to check that "
+                    "it is there, and tell you what I did."
+                ),
+                ToolUse("Write", {"file_path": sb.path("src/long.py"), "content": LONG_MODULE}),
+            ]
+        ),
+        tool("Bash", command="ls src", description="List src"),
+        text("Wrote src/long.py with forty small functions; ls shows it in src."),
+    ],
+)(one_run("Write src/long.py with forty small functions.", extra=["--include-partial-messages"]))
 
 
 async def _resume(sb: Sandbox) -> dict[str, ClaudeRun]:
