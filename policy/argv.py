@@ -24,6 +24,8 @@ FIXED_FLAGS: Final = (
     # Cards open when a tool_use block starts and text streams (the full lines still follow):
     # a long Write is visible while the model writes it.
     "--include-partial-messages",
+    # A subagent's text comes too (with parent_tool_use_id): shown under its Task card.
+    "--forward-subagent-text",
     "--safe-mode",
     "--permission-prompts",
     "none",

@@ -25,6 +25,7 @@ from translator.frames import (
     ProviderActivity,
     ProviderMessage,
     ToolCall,
+    ToolCallUpdate,
     ToolProgress,
     ToolResult,
     frame_id,
@@ -54,6 +55,7 @@ _UNKNOWN_TOOL: Final = "unknown"
 _TASK_END: Final = frozenset({"completed", "failed", "stopped", "killed"})
 _args_encoder: Final = msgspec.json.Encoder()
 _STREAM_EVERY: Final = 0.1  # seconds between two updates of a streamed message (≈ 10 a second)
+_UPDATE_EVERY: Final = 1.0  # seconds between two progress texts of one card
 _SPACES: Final = (" ", "\n", "\t")
 
 
@@ -76,6 +78,7 @@ class Card:
         "task_status",
         "tool",
         "tool_id",
+        "updated_at",
         "use_id",
     )
 
@@ -103,6 +106,7 @@ class Card:
         self.denied: str | None = None  # the CLI's reason when permission was denied
         self.content: str | None = None  # a Write's text, for a creation diff
         self.task_status: str | None = None  # a background task's end, from task_updated
+        self.updated_at = float("-inf")  # when its last progress text went out
 
 
 class StreamedText:
@@ -288,6 +292,7 @@ class CardRules:
                     # A background subagent: its card stays open until task_notification.
                     card.background = True
                     self._progress(card, self._elapsed(card), summary="Running in the background")
+                    self._update(card, "Running in the background")
                     return
             elif card.changed is not None and details is not None:
                 if details.structuredPatch:
@@ -327,14 +332,21 @@ class CardRules:
             return
         if subtype == "task_progress":
             usage = wire.task_usage(event.usage)
+            description = wire.text(event.description)
+            last_tool = wire.text(event.last_tool_name)
             self._progress(
                 card,
                 usage.duration_ms if usage.duration_ms is not None else self._elapsed(card),
-                summary=wire.text(event.description),
+                summary=description,
                 tool_uses=usage.tool_uses,
                 total_tokens=usage.total_tokens,
-                last_tool_name=wire.text(event.last_tool_name),
+                last_tool_name=last_tool,
             )
+            if self._invocation is None:
+                uses = usage.tool_uses
+                done = f"{uses} tool use{'s' if uses != 1 else ''}" if uses else ""
+                last = f"last: {last_tool[:128]}" if last_tool else ""
+                self._update(card, " · ".join(filter(None, (description, done, last))))
             return
         if not card.background:
             # A Bash task (local_bash) or a foreground subagent closes on its tool_result, and
@@ -419,6 +431,22 @@ class CardRules:
             **counters,
         )
 
+    def _update(self, card: Card, text: str) -> None:
+        # A running tool_call_update replaces the card's text in O Chat: the only way it shows
+        # an open card moving. Inside a Work Room it is ignored (typed rows), so not sent there;
+        # at most one a second per card.
+        if self._invocation is not None or not text or self._now - card.updated_at < _UPDATE_EVERY:
+            return
+        card.updated_at = self._now
+        self._frame(
+            ToolCallUpdate,
+            tool_id=card.tool_id,
+            name=card.name,
+            status="in_progress",
+            result=clean_text(text, self.limits.result_bytes),
+            parent_tool_id=card.parent_tool_id,
+        )
+
     def _elapsed(self, card: Card) -> int:
         return max(int((self._now - card.started) * 1000), 0)
 
@@ -433,6 +461,9 @@ class CardRules:
         else:
             message_id = self._message_id()
         self._message_frame(message_id, clean_units(text, self.limits.text_chars), parent)
+        task = self._cards.get(parent) if parent is not None else None
+        if task is not None:
+            self._update(task, text)  # a subagent's words, on its Task card
 
     def _message_id(self) -> str:
         # O Chat keeps a message by its id (and drops one without): the run's n-th message.

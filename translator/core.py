@@ -281,7 +281,9 @@ class Translator(CardRules):
             cards = self._cards
             card = cards.get(msg.tool_use_id) or cards.get(msg.parent_tool_use_id or "")
             if card is not None:
-                self._progress(card, int(msg.elapsed_time_seconds * 1000))
+                elapsed = int(msg.elapsed_time_seconds * 1000)
+                self._progress(card, elapsed)
+                self._update(card, f"Still running after {elapsed // 1000} s")
         elif type(msg) is wire.Result:
             # Several result lines may come (after a background task): the last one wins.
             self._last_result = msg

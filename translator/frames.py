@@ -72,6 +72,19 @@ class ToolProgress(_Frame, tag="tool_progress", frozen=True, kw_only=True):
     last_tool_name: str | None = None
 
 
+class ToolCallUpdate(_Frame, tag="tool_call_update", frozen=True, kw_only=True):
+    """An open card's progress as text (a running update replaces a card's text in O Chat).
+
+    Sent only without a Work Room: inside one, O Chat ignores it for typed rows. Other clients
+    read ``tool_progress``."""
+
+    tool_id: str
+    name: str
+    status: Literal["in_progress"]
+    result: str
+    parent_tool_id: str | None = None
+
+
 class ToolResult(_Frame, tag="tool_result", frozen=True, kw_only=True):
     """A card closes, exactly once."""
 
@@ -176,6 +189,7 @@ class Diagnostic(_Frame, tag="diagnostic", frozen=True, kw_only=True):
 
 Frame = (
     ToolCall
+    | ToolCallUpdate
     | ToolProgress
     | ToolResult
     | ProviderMessage
@@ -187,6 +201,7 @@ Frame = (
 
 FRAME_TYPES: Final = (
     ToolCall,
+    ToolCallUpdate,
     ToolProgress,
     ToolResult,
     ProviderMessage,

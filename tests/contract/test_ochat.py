@@ -214,3 +214,29 @@ def test_o_chat_shows_a_follow_up_run_under_the_same_parent(show: Show) -> None:
     second_texts = _messages(_data(second))
     assert second_texts
     assert [m["text"] for m in final["messages"]] == _messages(_data(first)) + second_texts
+
+
+@pytest.mark.parametrize(("set_name", "path", "entry"), CASES)
+def test_o_chat_cards_without_a_work_room_show_progress_then_their_result(
+    show: Show, set_name: str, path: Path, entry: dict[str, Any]
+) -> None:
+    ctx, outcome = _launch(entry)
+    ctx = msgspec.structs.replace(ctx, parent_tool_call_id=None)
+    frames = _translate(ctx, path.read_bytes(), outcome)[0]
+    data = _data(frames)
+    (steps,) = show(frames)
+    for n, items in enumerate(steps, 1):
+        cards = {item["id"]: item for item in items if item.get("type") == "tool_call"}
+        expected: dict[str, tuple[str, str | None]] = {}
+        for frame in data[:n]:
+            if frame["type"] == "tool_call":
+                expected.setdefault(frame["tool_id"], ("running", None))
+            elif frame["type"] == "tool_call_update":
+                expected[frame["tool_id"]] = ("running", frame["result"])
+            elif frame["type"] == "tool_result":
+                done = "done" if frame["status"] == "completed" else "error"
+                expected[frame["tool_id"]] = (done, frame["result"])
+        assert list(cards) == list(expected), f"after frame {n}"
+        for tool_id, (status, result) in expected.items():
+            assert cards[tool_id]["status"] == status, f"after frame {n}"
+            assert cards[tool_id].get("result") == result, f"after frame {n}"

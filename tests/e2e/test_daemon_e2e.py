@@ -283,6 +283,9 @@ async def test_subagent_cards_nest_under_their_task_card(e2e: E2E) -> None:
     read_call, read_result = by_card[read_id][0], by_card[read_id][-1]
     assert read_call["parent_tool_id"] == task_id
     assert read_result["status"] == "completed"
+    # --forward-subagent-text: the subagent's own words come, under its Task card.
+    said = [f for f in frames if f["type"] == "provider_message" and f.get("parent_tool_id")]
+    assert [(f["parent_tool_id"], f["text"]) for f in said] == [(task_id, "hello")]
     # invariant 4: the background Task card closes after its subagent's work, not at "launched"
     assert frames.index(task_result) > frames.index(read_result)
     assert task_result["status"] == "completed"

@@ -237,6 +237,37 @@ scenario(
 )(one_run("Use a subagent to find out what hello.py prints."))
 
 scenario(
+    "subagent_forwarded",
+    "--forward-subagent-text with partial messages, as the daemon runs: a foreground Agent whose "
+    "subagent says something, reads, then answers; its text comes as assistant lines with "
+    "parent_tool_use_id = the Agent tool_use id (whether its partial messages stream too shows "
+    "in the stream_event lines' parent_tool_use_id)",
+    lambda sb: [
+        tool(
+            "Agent",
+            description="Read hello.py",
+            prompt=f"{SUB} Read hello.py and report what it prints.",
+            subagent_type="general-purpose",
+            run_in_background=False,
+        ),
+        text("The subagent says hello.py prints hello world."),
+    ],
+    lambda sb: {
+        SUB: [
+            tool(
+                "Read", say="Reading hello.py for the parent agent.", file_path=sb.path("hello.py")
+            ),
+            text("hello.py prints 'hello world'."),
+        ]
+    },
+)(
+    one_run(
+        "Use a subagent to find out what hello.py prints.",
+        extra=["--include-partial-messages", "--forward-subagent-text"],
+    )
+)
+
+scenario(
     "subagent_background",
     "a background Agent subagent (the default): the Agent tool_result 'Async agent launched' comes "
     "at once, the main turn ends with a first result line; the subagent's Read, task_progress and "

@@ -28,6 +28,7 @@ HEAD = (
     "stream-json",
     "--verbose",
     "--include-partial-messages",
+    "--forward-subagent-text",
     "--safe-mode",
     "--permission-prompts",
     "none",

@@ -140,12 +140,13 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
     assert modes[0] in SAFE_CLI_MODES
     assert not DANGEROUS_FLAGS & set(argv)
     assert not any(names_bypass(arg) for arg in argv)
-    assert argv[1:9] == (
+    assert argv[1:10] == (
         "-p",
         "--output-format",
         "stream-json",
         "--verbose",
         "--include-partial-messages",
+        "--forward-subagent-text",
         "--safe-mode",
         "--permission-prompts",
         "none",

@@ -138,3 +138,8 @@ def test_a_bad_line_sends_its_chunk_line_by_line_with_the_same_outcome() -> None
     frames = run([b"".join(lines)])
     assert [f["type"] for f in of_type(frames, "tool_call")] == ["tool_call"]
     assert of_type(frames, "diagnostic")[0]["code"] == "malformed_line"
+
+
+def test_a_tool_use_without_an_id_opens_no_card() -> None:
+    frames = run([assistant({"type": "tool_use", "name": "Read", "input": {}})])
+    assert of_type(frames, "tool_call") == []
