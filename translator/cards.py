@@ -38,6 +38,7 @@ from translator.redact import (
     clean_flat,
     clean_text,
     clean_value,
+    redact_text,
 )
 from translator.summary import (
     FILE_CHANGE_TOOLS,
@@ -513,7 +514,7 @@ class CardRules:
         settled = so_far[: max(0, *(so_far.rfind(space) for space in _SPACES))].rstrip()
         if not settled:
             return
-        text = clean_units(settled, self.limits.text_chars)
+        text = clean_units(_close_quotes(settled), self.limits.text_chars)
         if text != streamed.sent:
             streamed.sent, streamed.sent_at = text, self._now
             self._message_frame(streamed.message_id, text, streamed.parent, partial=True)
@@ -568,6 +569,21 @@ class CardRules:
             # The only per-row detail O Chat shows: file names (it keeps at most 8 of 128 chars).
             files=_file_names(changed),
         )
+
+
+def _close_quotes(text: str) -> str:
+    """``text`` redacted as if its last line's open quotes were closed.
+
+    A quoted secret (``password = "two words"``) is masked whole only once its closing quote
+    has come: while it streams, the words after the first would show. Redacting with the quote
+    closed masks them; the added quote is taken off again.
+    """
+    line = text[text.rfind("\n") + 1 :]
+    closer = ('"' if line.count('"') % 2 else "") + ("'" if line.count("'") % 2 else "")
+    if not closer:
+        return text
+    red = redact_text(text + closer)
+    return red.removesuffix(closer)
 
 
 def _file_names(changed: str | None) -> list[str] | None:

@@ -241,3 +241,17 @@ def test_a_card_opened_at_its_start_is_restored_once_with_its_arguments() -> Non
     assert out[-1]["result"]["tools"] == {"started": 1, "completed": 0, "failed": 1}
     (row,) = (f for f in out if f["type"] == "provider_activity")
     assert (row["sequence"], row["files"]) == (1, ["x.py"])
+
+
+def test_a_quoted_credential_of_several_words_never_shows_a_word_of_it() -> None:
+    words = [secrets.token_hex(4) for _ in range(4)]
+    text = f'The config says password = "{" ".join(words)}" and it\'s old. Done here.'
+    pieces = [piece + " " for piece in text.split(" ")]
+    timed = [(1001.0, start_text())]
+    timed += [(1001.0 + 0.2 * (n + 1), delta(piece)) for n, piece in enumerate(pieces)]
+    frames = feed([*timed, (1010.0, text_line(text))])
+    shown = [text for _, text, _ in messages(frames)]
+    assert len(shown) >= 8
+    for text_shown in shown:
+        assert not any(word in text_shown for word in words), text_shown
+    assert shown[-1] == 'The config says password = "[redacted]" and it\'s old. Done here.'
