@@ -484,12 +484,11 @@ class CardRules:
             if streamed is not None and delta is not None and delta.text:
                 self._grow(streamed, delta.text)
             return
-        if kind == "message_start":
-            # Every block of the previous message came whole; one that did not (a stream cut
-            # off) ends as far as it got, so that nothing stays half-shown.
-            if parent in self._pending:
-                self._end_streams([parent])
-            return
+        # A block's full line comes before the next block of its agent starts (a stream fact):
+        # a text still streaming then never got one (a stream cut off) and ends as far as it
+        # got, so that nothing stays half-shown and the next full line is not taken for it.
+        if parent in self._pending:
+            self._end_streams([parent])
         block = event.content_block
         if kind != "content_block_start" or block is None:
             return

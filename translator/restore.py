@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card
+from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, StreamedText
 from translator.frames import (
     Diagnostic,
     Frame,
@@ -27,6 +27,7 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
     """Replay stored frames into a fresh translator: seq, open cards, counters, revision."""
     t._started = True
     sequences: dict[str, int] = {}
+    streaming: dict[str, ProviderMessage] = {}  # messages whose last frame is still partial
     for frame in frames:
         t.seq = max(t.seq, frame.seq)
         if frame.child_session_id:
@@ -63,6 +64,10 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
             t._sequence = max(t._sequence, frame.sequence)
         elif isinstance(frame, ProviderMessage):
             t._message_ids[frame.messageId] = None
+            if frame.partial:
+                streaming[frame.messageId] = frame
+            else:
+                streaming.pop(frame.messageId, None)
         elif isinstance(frame, ProviderInvocation):
             t._revision = max(t._revision, frame.stateRevision)
         elif isinstance(frame, Diagnostic):
@@ -73,3 +78,11 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
     # A card's rows keep their number (sent before its tool_call, or after it by older daemons).
     for use_id, card in t._cards.items():
         card.sequence = sequences.get(use_id, 0)
+    # A message cut off mid-stream ends, at close, with the text it had reached.
+    for message in streaming.values():
+        parent = (
+            message.parent_tool_id.removeprefix(TOOL_PREFIX) if message.parent_tool_id else None
+        )
+        streamed = StreamedText(message.messageId, (parent, -1))
+        streamed.chunks.append(message.text)
+        t._pending.setdefault(parent, []).append(streamed)

@@ -203,22 +203,20 @@ def test_a_long_stream_is_bounded_and_an_unchanged_text_is_not_sent_again() -> N
     assert all(len(text) <= 300 for _, text, _ in shown)
 
 
-def test_two_blocks_at_one_index_keep_their_own_messages() -> None:
-    # A block whose full line is late while the next one starts at the same index.
+def test_a_block_without_its_full_line_ends_when_the_next_block_starts() -> None:
     frames = feed(
         [
             (1001.0, start_text()),
-            (1001.0, delta("one ")),
-            (1001.5, start_text()),
-            (1001.5, delta("two ")),
-            (1002.0, text_line("one done")),
+            (1001.0, delta("one and ")),
+            (1001.5, start_text(1)),  # the first block's full line never came
+            (1001.5, delta("two ", 1)),
             (1002.0, text_line("two done")),
         ]
     )
     assert messages(frames) == [
-        ("run-1:message:1", "one", True),
+        ("run-1:message:1", "one and", True),
+        ("run-1:message:1", "one and ", False),
         ("run-1:message:2", "two", True),
-        ("run-1:message:1", "one done", False),
         ("run-1:message:2", "two done", False),
     ]
 
@@ -255,3 +253,23 @@ def test_a_quoted_credential_of_several_words_never_shows_a_word_of_it() -> None
     for text_shown in shown:
         assert not any(word in text_shown for word in words), text_shown
     assert shown[-1] == 'The config says password = "[redacted]" and it\'s old. Done here.'
+
+
+def test_a_message_cut_off_by_a_restart_ends_with_the_text_it_had_reached() -> None:
+    from translator.frames import decode_frame, encode_frame
+
+    translator = Translator(context())
+    frames = translator.start(1000.0)
+    frames += translator.receive_data(start_text() + delta("done ") + text_line("done"), 1001.0)
+    agent = assistant(tool_use("a1", "Agent", description="x"))
+    frames += translator.receive_data(agent + start_text(1) + delta("main words ", 1), 1001.0)
+    frames += translator.receive_data(start_text(0, "a1") + delta("sub words ", 0, "a1"), 1001.0)
+    stored = [decode_frame(encode_frame(frame)) for frame in frames]
+    restored = Translator.restore(context(), stored)
+    out = as_data(restored.close(EXITED, 1002.0))
+    ended = [(f["messageId"], f["text"], f.get("parent_tool_id")) for f in out if "messageId" in f]
+    assert ended == [
+        ("run-1:message:2", "main words", None),
+        ("run-1:message:3", "sub words", "claude:a1"),
+    ]
+    assert all("partial" not in f for f in out)
