@@ -113,12 +113,12 @@ class Card:
 class StreamedText:
     """An assistant text block as it streams (``--include-partial-messages``)."""
 
-    __slots__ = ("chunks", "key", "message_id", "parent", "sent", "sent_at", "size")
+    __slots__ = ("chunks", "index", "message_id", "parent", "sent", "sent_at", "size")
 
-    def __init__(self, message_id: str, key: tuple[str | None, int]) -> None:
+    def __init__(self, message_id: str, parent: str | None, index: int) -> None:
         self.message_id = message_id
-        self.key = key
-        self.parent = key[0]
+        self.parent = parent
+        self.index = index  # the block's index in its message (deltas name it)
         self.chunks: list[str] = []
         self.size = 0
         self.sent = ""
@@ -150,8 +150,7 @@ class CardRules:
     _parent: str | None
     _sequence: int
     _message_ids: dict[str, None]
-    _streams: dict[tuple[str | None, int], StreamedText]
-    _pending: dict[str | None, list[StreamedText]]
+    _streaming: dict[str | None, StreamedText]
     _count: Callable[..., None]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
@@ -452,15 +451,10 @@ class CardRules:
         return max(int((self._now - card.started) * 1000), 0)
 
     def _message(self, text: str, parent: str | None) -> None:
-        # A text block whose start streamed already keeps that message's id (blocks of one
-        # parent come in order); the full text replaces what was streamed.
-        pending = self._pending.get(parent) if self._pending else None
-        if pending:
-            streamed = pending.pop(0)
-            self._unstream(streamed)
-            message_id = streamed.message_id
-        else:
-            message_id = self._message_id()
+        # A text block whose start streamed already keeps that message's id; the full text
+        # replaces what was streamed.
+        streamed = self._streaming.pop(parent, None) if self._streaming else None
+        message_id = streamed.message_id if streamed is not None else self._message_id()
         self._message_frame(message_id, clean_units(text, self.limits.text_chars), parent)
         task = self._cards.get(parent) if parent is not None else None
         if task is not None:
@@ -479,16 +473,16 @@ class CardRules:
             return  # a subagent's partial before its Task card: its full lines are held
         kind = event.type
         if kind == "content_block_delta":
-            streamed = self._streams.get((parent, event.index))
+            streamed = self._streaming.get(parent)
             delta = event.delta
-            if streamed is not None and delta is not None and delta.text:
+            if streamed is not None and streamed.index == event.index and delta and delta.text:
                 self._grow(streamed, delta.text)
             return
         # A block's full line comes before the next block of its agent starts (a stream fact):
         # a text still streaming then never got one (a stream cut off) and ends as far as it
         # got, so that nothing stays half-shown and the next full line is not taken for it.
-        if parent in self._pending:
-            self._end_streams([parent])
+        if parent in self._streaming:
+            self._end_stream(parent)
         block = event.content_block
         if kind != "content_block_start" or block is None:
             return
@@ -497,9 +491,7 @@ class CardRules:
                 tool = (block.name or _UNKNOWN_TOOL)[:128]
                 self._open(block.id, tool, {}, parent, partial=True)
         elif block.type == "text":
-            streamed = StreamedText(self._message_id(), (parent, event.index))
-            self._streams[streamed.key] = streamed
-            self._pending.setdefault(parent, []).append(streamed)
+            self._streaming[parent] = StreamedText(self._message_id(), parent, event.index)
 
     def _grow(self, streamed: StreamedText, text: str) -> None:
         if streamed.size <= 2 * self.limits.text_chars:  # the full line has the rest anyway
@@ -518,19 +510,13 @@ class CardRules:
             streamed.sent, streamed.sent_at = text, self._now
             self._message_frame(streamed.message_id, text, streamed.parent, partial=True)
 
-    def _unstream(self, streamed: StreamedText) -> None:
-        if self._streams.get(streamed.key) is streamed:
-            del self._streams[streamed.key]
-
-    def _end_streams(self, parents: list[str | None]) -> None:
-        """Streamed texts of ``parents`` whose full line never came: ended with what streamed."""
-        for parent in parents:
-            for streamed in self._pending.pop(parent, ()):
-                self._unstream(streamed)
-                text = "".join(streamed.chunks)
-                if text.strip():
-                    text = clean_units(text, self.limits.text_chars)
-                    self._message_frame(streamed.message_id, text, streamed.parent)
+    def _end_stream(self, parent: str | None) -> None:
+        """The streamed text of ``parent`` whose full line never came: ends with what streamed."""
+        streamed = self._streaming.pop(parent)
+        text = "".join(streamed.chunks)
+        if text.strip():
+            text = clean_units(text, self.limits.text_chars)
+            self._message_frame(streamed.message_id, text, streamed.parent)
 
     def _message_frame(
         self, message_id: str, text: str, parent: str | None, partial: bool = False

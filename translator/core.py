@@ -85,8 +85,8 @@ class Translator(CardRules):
         self._revision = ctx.revision_base  # the Work Room's, continued across its runs
         self._sequence = ctx.sequence_base  # the last Work Room row number used
         self._message_ids: dict[str, None] = {}
-        self._streams: dict[tuple[str | None, int], StreamedText] = {}  # (parent, index)
-        self._pending: dict[str | None, list[StreamedText]] = {}  # awaiting their full line
+        # The text block streaming now, per agent (None = the main one), until its full line.
+        self._streaming: dict[str | None, StreamedText] = {}
         self._diag: dict[DiagnosticCode, int] = {}
         self._diag_sent: dict[DiagnosticCode, int] = {}
         parent = ctx.parent_tool_call_id
@@ -146,8 +146,8 @@ class Translator(CardRules):
         self._now = now
         for line in self._splitter.feed(b""):
             self._line(line)
-        if self._pending:
-            self._end_streams(list(self._pending))
+        for agent in list(self._streaming):
+            self._end_stream(agent)
         # Subagent lines still waiting for their Task card are not dropped: shown as they are.
         while self._held:
             _, held = self._held.popitem()

@@ -83,6 +83,6 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
         parent = (
             message.parent_tool_id.removeprefix(TOOL_PREFIX) if message.parent_tool_id else None
         )
-        streamed = StreamedText(message.messageId, (parent, -1))
+        streamed = StreamedText(message.messageId, parent, -1)
         streamed.chunks.append(message.text)
-        t._pending.setdefault(parent, []).append(streamed)
+        t._streaming[parent] = streamed
