@@ -8,12 +8,15 @@ ARG NODE_IMAGE=node:22-bookworm-slim
 
 # --- the pinned CLI, from the npm registry ------------------------------------------------
 FROM ${NODE_IMAGE} AS claude
-ARG CLAUDE_CODE_VERSION=2.1.332
+# Empty = the version the project pins and tests, read from daemon/pinned.py (its one place).
+ARG CLAUDE_CODE_VERSION=
 WORKDIR /opt/claude
+COPY daemon/pinned.py /tmp/pinned.py
 # The CLI is a native binary shipped in a platform package (an optional dependency);
 # --ignore-scripts: nothing from the registry runs at build time, we copy the binary ourselves.
-RUN npm install --ignore-scripts --omit=dev --no-audit --no-fund --prefix /opt/claude \
-        "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" \
+RUN pinned="$(sed -n 's/^CLAUDE_CODE_VERSION: Final = "\(.*\)"$/\1/p' /tmp/pinned.py)" \
+    && npm install --ignore-scripts --omit=dev --no-audit --no-fund --prefix /opt/claude \
+        "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-$pinned}" \
     && cp node_modules/@anthropic-ai/claude-code-linux-*/claude /opt/claude/claude \
     && /opt/claude/claude --version
 

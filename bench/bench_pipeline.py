@@ -23,10 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import msgspec
@@ -298,8 +301,14 @@ def _start_sinks(socket_path: str, n: int) -> subprocess.Popen[bytes]:
     )
 
 
-async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int) -> Result:
-    """N lines through the daemon to ``subscribers`` clients following every run."""
+async def through_daemon(
+    d: ServedDaemon, n: int, rate: float, subscribers: int, *, publisher: bool = False
+) -> Result:
+    """N lines through the daemon to ``subscribers`` clients following every run.
+
+    ``publisher``: the daemon has ``[fanout]``, whose publisher follows every run as one more
+    subscriber.
+    """
     assert d.http is not None
     sinks = _start_sinks(d.socket, subscribers - PROBES) if subscribers > PROBES else None
     if sinks is not None:
@@ -309,7 +318,7 @@ async def through_daemon(d: ServedDaemon, n: int, rate: float, subscribers: int)
     samples: list[list[tuple[float, float]]] = [[] for _ in range(min(PROBES, subscribers))]
     probes = [await _connect(d, "run=*", out) for out in samples]
     metrics = await d.get("/metrics")
-    attached = _metric(metrics, "codelegate_subscribers")
+    attached = _metric(metrics, "codelegate_subscribers") - publisher
     assert attached == subscribers, f"{attached} subscribers attached, not {subscribers}"
     dropped0 = _metric(metrics, "codelegate_subscribers_dropped_total")
     cpu0 = cpu_seconds(d.pid)
@@ -411,6 +420,69 @@ async def run(args: argparse.Namespace) -> int:
     return 0 if ok and fast_overhead <= OVERHEAD_TARGET else 1
 
 
+FANOUT_RATIO_TARGET = 1.1
+
+
+async def run_fanout(args: argparse.Namespace) -> int:
+    """``--fanout``: the target pass with ``[fanout]`` on beside the same pass with it off.
+
+    Two served daemons, one publishing to a Redis of its own on loopback, take turns round by
+    round (so that the machine's load falls on both alike); the p99 of the median round of
+    each is compared. Target: on / off <= 1.1x. Redis must then hold every frame of each run.
+    """
+    from redis.asyncio import Redis
+
+    from bench.bench_fanout import fanout_section, redis_server
+
+    print(f"machine: {machine()}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    folder = Path(tempfile.mkdtemp(prefix="clbench-redis-"))
+    server = redis_server(folder)
+    client = Redis.from_url(server.url)
+    rate, k, n = args.rate, args.subscribers, args.lines
+    passes: dict[bool, list[Result]] = {False: [], True: []}
+    try:
+        limits = {"subscriber_queue": args.queue}
+        async with (
+            ServedDaemon(limits=limits) as off,
+            ServedDaemon(limits=limits, fanout=fanout_section(server)) as on,
+        ):
+            for d, fan in ((off, False), (on, True)):
+                await through_daemon(d, 200, 0, 1, publisher=fan)  # warm-up
+            for _ in range(args.rounds):
+                for d, fan in ((off, False), (on, True)):
+                    passes[fan].append(await through_daemon(d, n, rate, k, publisher=fan))
+            published = _metric(await on.get("/metrics"), "codelegate_fanout_published_total")
+            pending = _metric(await on.get("/metrics"), "codelegate_fanout_pending")
+        streams = [key async for key in client.scan_iter("clbench:run:*")]
+        entries = sum([await client.xlen(key) for key in streams])
+    finally:
+        await client.aclose()
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    median: dict[bool, Result] = {}
+    for fan in (False, True):
+        by_p99 = sorted(passes[fan], key=lambda r: percentile(r.latencies_ms, 0.99))
+        median[fan] = by_p99[len(by_p99) // 2]
+        p99s = ", ".join(f"{percentile(r.latencies_ms, 0.99):.2f}" for r in passes[fan])
+        print(median[fan].row().replace("daemon,", "fan-out on, " if fan else "fan-out off,"))
+        print(f"    p99 of every round (ms): {p99s}")
+    p99_off = percentile(median[False].latencies_ms, 0.99)
+    p99_on = percentile(median[True].latencies_ms, 0.99)
+    ratio = p99_on / p99_off
+    print(
+        f"    Redis: {entries} entries in {len(streams)} run streams"
+        f" ({published:.0f} published, {pending:.0f} pending at the end)"
+    )
+    ok = ratio <= FANOUT_RATIO_TARGET and median[True].dropped == 0
+    print(
+        f"target @ {rate:g} lines/s, {k} subscribers: p99 fan-out on {p99_on:.2f} ms,"
+        f" off {p99_off:.2f} ms, ratio {ratio:.2f}x (<= {FANOUT_RATIO_TARGET})"
+        f" -> {'met' if ok else 'MISSED'}"
+    )
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table and the verdict; exit 1 when a target is missed."""
     parser = argparse.ArgumentParser(prog="python -m bench pipeline")
@@ -421,15 +493,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue", type=int, default=1024, help="[limits] subscriber_queue")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer lines, one round")
+    parser.add_argument(
+        "--fanout",
+        action="store_true",
+        help="only the target pass, [fanout] on (to a Redis of its own) beside it off",
+    )
     args, _ = parser.parse_known_args(argv or [])
     if args.quick:
         args.lines, args.lines_max, args.rounds = 2_000, 4_000, 1
+    job = run_fanout if args.fanout else run
     try:
         import uvloop
     except ImportError:  # pragma: no cover
-        return asyncio.run(run(args))
+        return asyncio.run(job(args))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run(args))
+        return runner.run(job(args))
 
 
 if __name__ == "__main__":

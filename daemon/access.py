@@ -59,7 +59,10 @@ def bearer_ok(header: str | None, token: bytes | None) -> bool:
     scheme, _, presented = header.partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(presented.strip().encode(), token)
+    # aiohttp decodes header bytes with surrogateescape: this gives back the bytes sent, so a
+    # stray non-UTF-8 byte is a wrong token (401), not an encoding error (a 500 whose repr
+    # carried the token into the log).
+    return hmac.compare_digest(presented.strip().encode("utf-8", "surrogateescape"), token)
 
 
 def check_access(request: web.Request, server: ServerConfig, token: bytes | None) -> Refusal | None:

@@ -11,16 +11,17 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import structlog
 from aiohttp import web
 
 import daemon
+from daemon import logs
 from daemon.access import check_access
 from daemon.hub import CLOSE_GOING_AWAY, Hub
-from daemon.metrics import Metrics
+from daemon.metrics import Metrics, render_fanout
 from daemon.record import Refused
 from daemon.runs import RunManager
 from daemon.state import CONFIG, HUB, METRICS, STATE, DaemonState, int_query, manager_of
@@ -31,6 +32,9 @@ from daemon.tasks import spawn
 from policy.config import Config
 from policy.errors import PolicyError
 from policy.request import decode_run_request
+
+if TYPE_CHECKING:
+    from daemon.fanout import Publisher
 
 __all__ = ["CONFIG", "HUB", "METRICS", "STATE", "DaemonState", "create_app", "manager_of"]
 
@@ -93,7 +97,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     store_dir = os.path.dirname(config.store.path)
     if store_dir:
         os.makedirs(store_dir, exist_ok=True)
-    store = await RunStore.open(config.store.path)
+    store = await RunStore.open(
+        config.store.path,
+        max_frames=config.limits.max_stored_frames,
+        max_bytes=config.limits.max_stored_bytes,
+    )
     reaper = spawn(reap_orphans_forever(), name="orphan-reaper")
     pruner = spawn(_prune_forever(store, config), name="store-pruner")
     try:
@@ -102,17 +110,27 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         if interrupted:
             _log.info("runs_interrupted_closed", count=interrupted)
         state.store, state.manager = store, manager
+        state.fanout = _start_fanout(config, store, app[HUB])
         state.cli_version = await _cli_version(config.claude.path, state.environ)
         yield
         state.stopping = True
         await manager.drain(0)
     finally:
+        if state.fanout is not None:  # before the store closes: Redis is filled from there
+            await state.fanout.close()
         for task in (reaper, pruner):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await store.flush()
-        await store.close()
+        await store.close()  # never raises: what a full disk kept it from writing is logged
+
+
+def _start_fanout(config: Config, store: RunStore, hub: Hub) -> Publisher | None:
+    if config.fanout is None:
+        return None
+    from daemon.fanout import start_publisher  # redis-py only when [fanout] is configured
+
+    return start_publisher(config.fanout, store, hub)
 
 
 async def _prune_forever(store: RunStore, config: Config) -> None:
@@ -204,12 +222,17 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(500, "internal_error", "internal error; see the daemon's log")
 
 
+# Any client that reaches a listener can be refused at will: a line per period, with a count.
+_refusals = logs.Throttle(10.0)
+
+
 @web.middleware
 async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
     refusal = check_access(request, request.app[CONFIG].server, request.app[STATE].tcp_token)
     if refusal is not None:
         request.app[METRICS].http_errors[refusal[0]] += 1
-        _log.warning("access_refused", code=refusal[1], path=request.path)
+        if count := _refusals.due():
+            _log.warning("access_refused", code=refusal[1], path=request.path, count=count)
         return error_response(*refusal)
     return await handler(request)
 
@@ -307,7 +330,10 @@ async def metrics(request: web.Request) -> web.Response:
         frames_published=hub.stats.frames_published,
         frames_queued=hub.stats.frames_queued,
         subscribers_dropped=hub.stats.subscribers_dropped,
+        log_lines_dropped=logs.lines_dropped(),
     )
+    if state.fanout is not None:
+        text += render_fanout(state.fanout.stats, behind=state.fanout.runs_behind)
     return web.Response(
         text=text,
         content_type="text/plain",

@@ -4,15 +4,27 @@
 printed for good (a finished top-level card with its subagent cards, assistant text, the final
 result); ``Board.live(now)`` renders what is still moving (open cards with a spinner and their
 elapsed time). Keeping time an argument makes every rendering reproducible in tests.
+
+Everything drawn here carries text the model, the CLI or a workspace chose (titles, errors,
+answers, file names), and a terminal obeys the escape sequences in it (clipboard writes, screen
+clears, window titles). Two doors keep them out, each for everything that comes through it:
+``Board.feed`` strips every string of a frame before anything is built from it, and
+``CleanConsole`` (the only console the terminal client prints through) strips the strings it is
+given and, as a last guard, every text segment it writes.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from rich.console import Group, RenderableType
+import msgspec
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.rule import Rule
+from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
@@ -31,6 +43,16 @@ NAME_PREFIX: Final = "Claude Code › "
 _SPINNER: Final = Spinner("dots")
 _NOTE_CHARS: Final = 100
 _ERROR_CHARS: Final = 160
+# What a terminal acts on instead of showing: ESC sequences (CSI, OSC, DCS/SOS/PM/APC up to
+# their terminator, and the short ones), their 8-bit C1 forms, every other C0 and C1 control but
+# newline and tab, DEL, and the bidi embeddings/overrides/isolates that make text read other than
+# it is stored ("Trojan Source"). An unterminated string runs to the end, as a terminal takes it.
+_CONTROLS: Final = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+)
 
 
 @dataclass
@@ -77,21 +99,85 @@ def spinner_frame(now: float) -> str:
     return frames[int(now * 1000 / _SPINNER.interval) % len(frames)]
 
 
+def strip_controls(text: str) -> str:
+    """``text`` without anything a terminal would interpret rather than print."""
+    return _CONTROLS.sub("", text)
+
+
+def _stripped(value: Any) -> Any:
+    if isinstance(value, str):
+        return strip_controls(value)
+    if isinstance(value, list):
+        return [_stripped(item) for item in value]
+    if isinstance(value, dict):
+        return {_stripped(key): _stripped(item) for key, item in value.items()}
+    return value
+
+
+def clean_frame(frame: Frame) -> Frame:
+    """``frame`` with the control sequences stripped from every string in it (itself if none)."""
+    # Field by field would miss the next field someone adds; the builtins walk covers them all.
+    plain = msgspec.to_builtins(frame)
+    stripped = _stripped(plain)
+    if stripped == plain:
+        return frame
+    try:
+        return msgspec.convert(stripped, type(frame))
+    except msgspec.ValidationError:  # a field emptied below its bound: CleanConsole still guards
+        return frame
+
+
+class CleanConsole(Console):
+    """A rich Console that writes no control sequence it did not make itself.
+
+    Strings are stripped before rich makes Text of them: rich drops a BEL itself, which would
+    leave an OSC unterminated and swallow the words after it. Rich keeps its own cursor moves,
+    colours and Live redraws in control segments (and styles); every other segment is text from a
+    renderable and loses any control sequence here, whatever it was built from.
+    """
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(strip_controls(text), **kwargs)
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            # Nested renderables come through here once per level; cleaned text is left as is.
+            if segment.control is None and _CONTROLS.search(segment.text):
+                segment = segment._replace(text=strip_controls(segment.text))
+            yield segment
+
+
 class Board:
     """Cards of one run, keyed by ``tool_id``; subagent cards hang under their Task card."""
 
-    def __init__(self, run_id: str = "") -> None:
+    def __init__(
+        self, run_id: str = "", *, cwd: str | None = None, started: float | None = None
+    ) -> None:
         self.run_id = run_id
+        # The run's workspace, when the client knows it: the resume hint must name it (the
+        # daemon refuses a resume from another workspace).
+        self.cwd = cwd
+        # When the run started (the client's POST, the daemon's created_at); else the first
+        # frame's time. The CLI's first line comes seconds after the start.
+        self.started = started
         self.cards: dict[str, Card] = {}
         self.roots: list[str] = []  # unsettled top-level cards, in the order they opened
         self.result: FinalResult | None = None
-        self.started: float | None = None
+        self.ended: float | None = None
+        # Whether the CLI ever got going (it spoke or used a tool): only then is there a
+        # session to resume.
+        self.cli_spoke = False
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, frame: Frame) -> list[RenderableType]:
         """Take one frame; return the renderables that are now final (print them once)."""
+        frame = clean_frame(frame)
         if self.started is None:
             self.started = frame.ts
+        if isinstance(frame, ToolCall | ToolProgress | ToolResult | ProviderMessage):
+            self.cli_spoke = True
         if isinstance(frame, ToolCall):
             return self._open(frame)
         if isinstance(frame, ToolProgress):
@@ -108,6 +194,7 @@ class Board:
         if isinstance(frame, ProviderMessage):
             return self._message(frame)
         if isinstance(frame, RunResult):
+            self.ended = frame.ts
             return self._finish(frame.result)
         if isinstance(frame, Diagnostic):
             text = f"! {frame.count} × {frame.code.replace('_', ' ')}"
@@ -169,7 +256,11 @@ class Board:
         for root in list(self.roots):  # the daemon closes every card first; be safe anyway
             out.append(self._tree(root, now=None))
         self.roots.clear()
-        out.append(render_result(result))
+        # The CLI's duration_ms ends with its main loop; background subagents may go on for long
+        # after, and the run lasts until the last of them. Show the longer of the two.
+        wall = (self.ended or 0.0) - (self.started or self.ended or 0.0)
+        resumable = self.cli_spoke or result.num_turns is not None
+        out.append(render_result(result, cwd=self.cwd, wall_s=wall, resumable=resumable))
         return out
 
     def _root_of(self, card: Card) -> str:
@@ -192,7 +283,9 @@ class Board:
         """What is still moving: open top-level cards with their subagent cards."""
         lines: list[RenderableType] = [self._tree(root, now) for root in self.roots]
         if self.result is None:
-            since = now - self.started if self.started is not None else 0.0
+            if self.started is None:
+                self.started = now  # nothing known yet: count from when the client first drew
+            since = now - self.started
             lines.append(
                 Text.assemble(
                     (f"{spinner_frame(now)} ", "cyan"),
@@ -201,6 +294,12 @@ class Board:
                 )
             )
         return Group(*lines)
+
+    def open_cards(self) -> RenderableType | None:
+        """The cards still open, as they stand: what a client leaving early keeps on screen."""
+        if not self.roots:
+            return None
+        return Group(*(self._tree(root, now=None) for root in self.roots))
 
     def _tree(self, tool_id: str, now: float | None, depth: int = 0) -> RenderableType:
         card = self.cards[tool_id]
@@ -233,15 +332,27 @@ class Board:
         return text
 
 
-def render_result(result: FinalResult) -> RenderableType:
-    """The end of a run: status, Claude Code's answer, what changed, how to resume."""
+def render_result(
+    result: FinalResult,
+    *,
+    cwd: str | None = None,
+    wall_s: float = 0.0,
+    resumable: bool = True,
+) -> RenderableType:
+    """The end of a run: status, Claude Code's answer, what changed, how to resume.
+
+    ``wall_s`` is the run's own length as the client saw it; ``resumable`` is False when the CLI
+    never started a session; ``cwd`` goes into the resume hint (without it there is no hint:
+    pasted elsewhere, it would be refused).
+    """
     ok = result.status == "completed"
     head = Text()
     head.append("✓ " if ok else "✗ ", style="green bold" if ok else "red bold")
     head.append(result.status, style="bold")
     facts = []
-    if result.duration_ms is not None:
-        facts.append(_duration(result.duration_ms / 1000))
+    seconds = max((result.duration_ms or 0) / 1000, wall_s)
+    if result.duration_ms is not None or wall_s > 0:
+        facts.append(_duration(seconds))
     tools = result.tools
     if tools.started:
         failed = f", {tools.failed} failed" if tools.failed else ""
@@ -261,11 +372,13 @@ def render_result(result: FinalResult) -> RenderableType:
         rows.append(Text("files changed: " + ", ".join(result.files_changed), style="cyan"))
     for denial in result.permission_denials:
         rows.append(Text(f"permission denied: {denial.name} ({denial.tool_id})", style="yellow"))
-    if result.session_id:
+    if result.session_id and resumable:
         session = Text("session ", style="dim")
         session.append(result.session_id, style="bold")
         rows.append(session)
-        rows.append(Text(f"resume: codelegate run --resume {result.session_id} TASK", style="dim"))
+        if cwd is not None:
+            hint = f"codelegate run --cwd {shlex.quote(cwd)} --resume {result.session_id} TASK"
+            rows.append(Text(f"resume: {hint}", style="dim"))
     return Group(*rows)
 
 

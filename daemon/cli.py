@@ -1,4 +1,9 @@
-"""The ``codelegate`` console script: ``serve``, ``run``, ``watch``, ``translate``, ``doctor``.
+"""The ``codelegate`` console script: ``serve``, ``run``, ``watch``, ``doctor``, ``dev-config``,
+``translate``.
+
+Without ``--config``, ``serve`` and ``doctor`` read the development config that ``make run``
+writes (``codelegate dev-config``) into the state folder of ``daemon.tool.state_dir()``, whose
+socket ``run``, ``watch`` and the agent tool find by default: one place, from any directory.
 
 ``run`` and ``watch`` are the terminal client (``daemon/terminal.py``); it is imported only when
 used, so that ``serve`` does not pay for rich.
@@ -8,17 +13,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
-from policy.config import Config, development_config, parse_config
+from daemon.pinned import CLAUDE_CODE_VERSION
+from daemon.tool import state_dir
+from policy.config import Config, FanoutConfig, development_config, parse_config
 from policy.errors import ConfigError
 
 CLAUDE_ENV = "CODELEGATE_CLAUDE"
+DEV_CONFIG = "config.toml"
 
 
 def default_claude(environ: Mapping[str, str]) -> str:
@@ -26,17 +36,60 @@ def default_claude(environ: Mapping[str, str]) -> str:
     return environ.get(CLAUDE_ENV) or shutil.which("claude") or "claude"
 
 
+def dev_config_path() -> str:
+    """The development config ``make run`` writes and ``serve``/``doctor`` read by default."""
+    return os.path.join(state_dir(), DEV_CONFIG)
+
+
+def config_source(path: str | None) -> str | None:
+    """The config file to read: ``path``, else the development config when there is one."""
+    if path is not None:
+        return path
+    written = dev_config_path()
+    return written if os.path.isfile(written) else None
+
+
 def load_config(path: str | None, environ: Mapping[str, str] | None = None) -> Config:
-    """The config in ``path``, or development defaults for the current directory."""
+    """The config in ``path`` (or the development config), else built-in development defaults:
+    the current directory the root, the state in ``state_dir()``."""
     env = os.environ if environ is None else environ
-    if path is None:
-        return development_config(os.getcwd(), default_claude(env))
+    source = config_source(path)
+    if source is None:
+        return development_config(os.getcwd(), default_claude(env), state_dir())
     try:
-        with open(path, "rb") as fh:
+        with open(source, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise ConfigError(path, "", f"cannot read the file ({exc.strerror})") from None
-    return parse_config(data, path)
+        raise ConfigError(source, "", f"cannot read the file ({exc.strerror})") from None
+    return parse_config(data, source)
+
+
+def write_dev_config(workspace: str, claude: str) -> str:
+    """Write the development config for one workspace; return its path.
+
+    The CLI path goes in the config, so that ``doctor`` checks the very CLI ``serve`` runs.
+    """
+    root = os.path.abspath(os.path.expanduser(workspace))
+    if not os.path.isdir(root):
+        raise ConfigError("codelegate dev-config", "--workspace", f"{root} is not a directory")
+    cli = shutil.which(claude) or claude
+    config = development_config(root, os.path.abspath(cli) if os.sep in cli else cli, state_dir())
+    q = json.dumps  # a JSON string is a valid TOML basic string
+    text = (
+        "# Written by `codelegate dev-config` (make run): development defaults for one\n"
+        "# workspace. `make run WORKSPACE=DIR` rewrites it; `--config FILE` overrides it.\n"
+        f"[server]\nsocket = {q(config.server.socket)}\n\n"
+        f"[claude]\npath = {q(config.claude.path)}\n\n"
+        f"[policy]\nworkspaces = [{q(config.policy.workspaces[0])}]\n\n"
+        f"[store]\npath = {q(config.store.path)}\n"
+    )
+    path = dev_config_path()
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    staged = f"{path}.{os.getpid()}.tmp"
+    with open(staged, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(staged, path)
+    return path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the daemon")
-    serve.add_argument("--config", help="TOML config (default: development defaults under ./var)")
+    serve.add_argument(
+        "--config", help="TOML config (default: the development config make run writes)"
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     serve.add_argument(
         "--drain", type=float, default=10.0, help="seconds runs may finish on SIGTERM"
@@ -55,7 +110,10 @@ def _parser() -> argparse.ArgumentParser:
     translate.add_argument("--cwd", default="/srv/workspaces/demo", help="the run's cwd")
     translate.add_argument("--run-id", default="translate")
     doctor = sub.add_parser("doctor", help="explain the config and check this machine")
-    doctor.add_argument("--config")
+    doctor.add_argument("--config", help="TOML config (default: as serve)")
+    dev = sub.add_parser("dev-config", help="write the development config (what make run does)")
+    dev.add_argument("--workspace", default=".", help="the folder runs may work in (default: .)")
+    dev.add_argument("--claude", default="", help="the CLI (default: $CODELEGATE_CLAUDE or PATH)")
     for name, text in (("run", "delegate one task and watch it"), ("watch", "follow a run")):
         client = sub.add_parser(name, help=text, add_help=False)
         client.add_argument("args", nargs=argparse.REMAINDER)
@@ -65,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["watch"] and any(a.partition("=")[0] == "--redis" for a in args_list):
+        # The fleet through Redis ([fanout]) rather than one daemon's socket.
+        return int(importlib.import_module("daemon.fleet").main(args_list[1:]))
     if args_list and args_list[0] in ("run", "watch"):
         # Lazy: rich is only needed by the terminal client.
         terminal = importlib.import_module("daemon.terminal")
@@ -74,6 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args.config, args.log_level, args.drain)
     if args.command == "translate":
         return _translate(args.file, cwd=args.cwd, run_id=args.run_id)
+    if args.command == "dev-config":
+        try:
+            print(write_dev_config(args.workspace, args.claude or default_claude(os.environ)))
+        except ConfigError as exc:
+            print(f"codelegate: {exc}", file=sys.stderr)
+            return 2
+        return 0
     return doctor(args.config)
 
 
@@ -119,7 +187,8 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
     except ConfigError as exc:
         print(f"config: {exc}")
         return 2
-    out.append(f"config: {config_path or 'development defaults (no --config)'}")
+    source = config_source(config_path)
+    out.append(f"config: {source or 'built-in development defaults (no --config, no make run)'}")
     server, policy, limits = config.server, config.policy, config.limits
     out.append(f"socket: {os.path.abspath(server.socket)} (mode {server.socket_mode})")
     who = (
@@ -150,16 +219,58 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
             isfile=os.path.isfile,
         )
     ]
+    if server.tcp and server.token_file and os.path.isfile(server.token_file):
+        problems.extend(_token_problems(server.token_file))
     if resolved:
         version = _claude_version(resolved)
-        out.append(f"claude version: {version or 'did not answer --version'}")
+        out.append(f"claude version: {version_note(version)}")
         if version is None:
             problems.append("claude.path: the CLI did not answer --version")
+    if config.fanout is not None:
+        problems.extend(_doctor_fanout(config.fanout, out))
     present = auth_variables_present(config, env)
     out.append("auth variables present: " + (", ".join(present) if present else "none"))
     out.extend(f"PROBLEM {p}" for p in problems)
     print("\n".join(out))
     return 1 if problems else 0
+
+
+def _token_problems(path: str) -> list[str]:
+    from policy.checks import token_problem
+
+    try:
+        with open(path, "rb") as fh:
+            token = fh.read()
+    except OSError as exc:
+        return [f"server.token_file: cannot read {path} ({exc.strerror})"]
+    problem = token_problem(token)  # the very check serve makes at start-up
+    return [problem] if problem else []
+
+
+def version_note(reported: str | None) -> str:
+    """``claude --version``'s answer, said against the version the project pins and tests."""
+    if reported is None:
+        return "did not answer --version"
+    if reported.split()[0] == CLAUDE_CODE_VERSION:
+        return f"{reported} (the pinned version)"
+    return (
+        f"{reported} -- WARNING: not the pinned {CLAUDE_CODE_VERSION}, which the translator and "
+        "tests are checked against; its stream-json may differ (README, upgrading the CLI)"
+    )
+
+
+def _doctor_fanout(fanout: FanoutConfig, out: list[str]) -> list[str]:
+    """``[fanout]``: where frames go, and whether that Redis answers."""
+    from daemon.fanout import probe  # redis-py only when [fanout] is configured
+    from policy.config import fanout_host_id, redacted_url
+
+    host_id = fanout_host_id(fanout, socket.gethostname())
+    out.append(
+        f"fanout: {redacted_url(fanout.redis_url)} prefix {fanout.stream_prefix!r}"
+        f" host_id {host_id!r}"
+    )
+    problem = probe(fanout)
+    return [f"fanout.redis_url: {problem}"] if problem else []
 
 
 def _claude_version(path: str) -> str | None:

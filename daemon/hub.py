@@ -24,14 +24,23 @@ Snapshot + live is atomic: the caller reads the replay from the run's in-memory 
 registers the subscriber without awaiting in between, the run appends to that log and publishes
 in one synchronous step as well, and the hub hands out whatever it has gathered before it
 registers a new subscriber (those frames are in the snapshot already).
+
+Replay is paced by the client, under the same bound as live frames: a writer takes at most one
+page (:data:`REPLAY_PAGE` frames, about :data:`REPLAY_PAGE_BYTES`) at a time and writes it only
+when the client's transport takes bytes again, so a client that stops reading holds one page and
+the transport's buffer, never a whole run. Frames in memory are queued as references; older
+frames are a :class:`Replay`, read from the store one page at a time as the queue drains. A new
+subscribe for a run first drops whatever is still queued for that run (:meth:`Subscriber.forget`):
+repeating ``subscribe`` replaces a replay, it never stacks them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
+import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol
 
 import msgspec
@@ -44,6 +53,10 @@ CLOSE_INTERNAL_ERROR: Final = 1011
 WINDOW_MIN_SUBSCRIBERS: Final = 16
 WINDOW_PER_SUBSCRIBER: Final = 20e-6
 WINDOW_MAX: Final = 0.002
+
+# Replay pacing (see the module docstring): what a writer takes at a time.
+REPLAY_PAGE: Final = 256
+REPLAY_PAGE_BYTES: Final = 256 * 1024
 
 _PACK_LEN2: Final = struct.Struct("!BBH").pack
 _PACK_LEN3: Final = struct.Struct("!BBQ").pack
@@ -122,8 +135,51 @@ class Batch:
         return Batch(self.run_id, rest) if rest else None
 
 
-# What a subscriber's queue holds: live batches, replayed frames, and our own control messages.
+# Up to ``limit`` frames of a run with seq > ``after``, in order (the store's, for a Replay).
+Fetch = Callable[[int, int], Awaitable[list[Delivery]]]
+
+
+class Replay:
+    """Stored frames of one run, ``after`` < seq <= ``upto``, read a page at a time as the
+    subscriber's writer gets to it (never all at once; see the module docstring)."""
+
+    __slots__ = ("after", "cancelled", "done", "fetch", "run_id", "upto")
+
+    def __init__(self, run_id: str, fetch: Fetch, after: int, upto: int | None = None) -> None:
+        self.run_id = run_id
+        self.fetch = fetch
+        self.after = after
+        self.upto = upto
+        self.done = upto is not None and upto <= after
+        self.cancelled = False  # dropped by a newer subscribe while a page was being read
+
+    async def page(self, limit: int) -> list[Delivery]:
+        """The next page (at most ``limit`` frames, about REPLAY_PAGE_BYTES); sets ``done``."""
+        got = await self.fetch(self.after, limit)
+        upto = self.upto
+        kept: list[Delivery] = []
+        room = REPLAY_PAGE_BYTES
+        for d in got:
+            if upto is not None and d.seq > upto:
+                self.done = True  # the rest is in memory, queued after this replay
+                break
+            if kept and room <= 0:
+                break  # the rest of this fetch comes with the next page
+            kept.append(d)
+            room -= len(d.data)
+        if not kept or (len(got) < limit and len(kept) == len(got)):
+            self.done = True
+        else:
+            self.after = kept[-1].seq
+            if upto is not None and self.after >= upto:
+                self.done = True
+        return kept
+
+
+# What a subscriber's queue holds: live batches, replayed frames (in memory, or a Replay of
+# stored ones), and our own control messages.
 Item = Batch | Delivery | bytes
+Queued = Item | Replay
 
 
 def frames(items: Iterable[Item]) -> Iterator[Delivery]:
@@ -179,8 +235,13 @@ class Subscriber:
         self.on_close: Callable[[], None] | None = None
         # Set by the connection once it can take bytes: the hub then writes it out directly.
         self.sink: Sink | None = None
-        self._queue: deque[Item] = deque()
+        # What a writer takes at a time: the live bound applies to replay too.
+        self.page = min(max_queue, REPLAY_PAGE)
+        self.replay_pages = 0  # pages read from the store for this subscriber
+        self._queue: deque[Queued] = deque()
         self._live = 0  # live frames queued (replay and control messages do not count)
+        self._replayed = 0  # replayed frames and stored replays queued
+        self._controls = 0  # control messages queued
         self._wake = asyncio.Event()
 
     @property
@@ -212,18 +273,62 @@ class Subscriber:
             self._wake.set()
         return len(batch.deliveries)
 
-    def replay(self, deliveries: Iterable[Delivery]) -> None:
-        """Queue a snapshot; not bounded by ``max_queue`` (it is already in memory)."""
+    def replay(self, deliveries: Iterable[Delivery], *, stored: Replay | None = None) -> None:
+        """Queue a replay: ``stored`` frames (read later, page by page), then ``deliveries``.
+
+        The deliveries are references to frames already in memory; writers take them a page at
+        a time (see the module docstring).
+        """
         if self.closed:
             return
-        self._queue.extend(deliveries)
+        queue = self._queue
+        before = len(queue)
+        if stored is not None and not stored.done:
+            queue.append(stored)
+        queue.extend(deliveries)
+        self._replayed += len(queue) - before
         self._wake.set()
 
+    def forget(self, run_id: str) -> None:
+        """Drop what is still queued for ``run_id`` (a newer subscribe replays it anew)."""
+        if not self._queue:
+            return
+        kept: deque[Queued] = deque()
+        for item in self._queue:
+            if isinstance(item, bytes) or item.run_id != run_id:
+                kept.append(item)
+            elif isinstance(item, Replay):
+                item.cancelled = True
+                self._replayed -= 1
+            elif isinstance(item, Batch):
+                self._live -= len(item.deliveries)
+            else:
+                self._replayed -= 1
+        self._queue = kept
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued."""
+        return not self._queue
+
+    @property
+    def replaying(self) -> bool:
+        """A stored replay is next: the writer reads a page of it (an await) before writing."""
+        return bool(self._queue) and isinstance(self._queue[0], Replay)
+
     def control(self, data: bytes) -> None:
-        """Queue a message of our own protocol (errors, acknowledgements) for the writer."""
+        """Queue a message of our own protocol (errors, acknowledgements) for the writer.
+
+        Bounded like live frames: a client that keeps sending messages without reading the
+        answers is closed as lagging once ``max_queue`` of them wait.
+        """
         if self.closed:
             return
+        if self._controls >= self.max_queue:
+            self.close(CLOSE_LAGGING, self.lag_reason())
+            return
         self._queue.append(data)
+        self._controls += 1
         self._wake.set()
 
     def close(self, code: int, reason: str) -> None:
@@ -234,7 +339,7 @@ class Subscriber:
         self.close_code = code
         self.close_reason = reason
         self._queue.clear()
-        self._live = 0
+        self._live = self._replayed = self._controls = 0
         self._wake.set()
         if self.on_close is not None:
             self.on_close()
@@ -246,33 +351,77 @@ class Subscriber:
             await self._wake.wait()
         return not self.closed
 
-    async def get(self) -> list[Item]:
-        """Everything queued so far, waiting while empty; ``[]`` once closed."""
-        await self.wait()
-        return self.take()
+    async def get(self, limit: int = sys.maxsize) -> list[Item]:
+        """What to write next, waiting while nothing is queued: the items queued before the
+        next stored replay (up to ``limit`` frames, see :meth:`take`), or that replay's next
+        page. ``[]`` once closed, or when a stored replay had nothing left."""
+        if not await self.wait():
+            return []
+        head = self._queue[0]
+        if not isinstance(head, Replay):
+            return self.take(limit)
+        page = await head.page(min(limit, self.page))
+        self.replay_pages += 1
+        if head.cancelled or self.closed:
+            return []
+        if head.done:
+            self._queue.popleft()  # still the head: only writers take from the front
+            self._replayed -= 1
+        return list(page)
 
-    def take(self) -> list[Item]:
-        """Everything queued so far, without waiting (``[]`` when empty or closed)."""
+    def take(self, limit: int = sys.maxsize) -> list[Item]:
+        """Queued items up to the next stored replay, without waiting (``[]`` when empty or
+        closed): at least one, then while fewer than ``limit`` replayed frames and about
+        REPLAY_PAGE_BYTES of them are taken. Live batches do not count: ``max_queue`` bounds
+        them, and a writer behind on them takes them all at once."""
         if self.closed:
             return []
-        items = list(self._queue)
-        self._queue.clear()
-        self._live = 0
+        queue = self._queue
+        items: list[Item]
+        if limit == sys.maxsize and not any(isinstance(item, Replay) for item in queue):
+            items = list(queue)  # type: ignore[arg-type]
+            queue.clear()
+            self._live = self._replayed = self._controls = 0
+            return items
+        if not self._replayed:  # live batches and control messages only: bounded already
+            items = list(queue)  # type: ignore[arg-type]
+            queue.clear()
+            self._live = self._controls = 0
+            return items
+        items = []
+        count, room = 0, REPLAY_PAGE_BYTES
+        while queue and count < limit and room > 0:
+            item = queue[0]
+            if isinstance(item, Replay):
+                break
+            queue.popleft()
+            items.append(item)
+            if isinstance(item, Batch):
+                self._live -= len(item.deliveries)
+            elif isinstance(item, Delivery):
+                self._replayed -= 1
+                count += 1
+                room -= len(item.data)
+            else:
+                self._controls -= 1
         return items
 
-    def write_to(self, sink: Sink) -> None:
-        """Take everything queued and write it with one call (the caller checked ``ready``)."""
+    def write_to(self, sink: Sink, limit: int = sys.maxsize) -> None:
+        """Take what is queued (as :meth:`take`) and write it with one call (the caller checked
+        ``ready``)."""
         queue = self._queue
         if len(queue) == 1:  # the usual case: this tick's one batch
-            item = queue.pop()
-            self._live = 0
-            sink.write([item])
-            if not isinstance(item, bytes):
-                self.last_seq[item.run_id] = item.seq
+            head = queue[0]
+            if not isinstance(head, Replay):
+                queue.pop()
+                self._live = self._replayed = self._controls = 0
+                sink.write([head])
+                if not isinstance(head, bytes):
+                    self.last_seq[head.run_id] = head.seq
+                return
+        items = self.take(limit)
+        if not items:
             return
-        items = list(queue)
-        queue.clear()
-        self._live = 0
         sink.write(items)
         last_seq = self.last_seq
         for item in items:
@@ -320,12 +469,20 @@ class Hub:
         self._every.add(sub)
 
     def subscribe(
-        self, sub: Subscriber, run_id: str, snapshot: Iterable[Delivery], after: int = 0
+        self,
+        sub: Subscriber,
+        run_id: str,
+        snapshot: Iterable[Delivery],
+        after: int = 0,
+        *,
+        stored: Replay | None = None,
     ) -> None:
-        """Queue ``snapshot`` and register for live frames of ``run_id`` after ``after``."""
+        """Queue ``stored`` then ``snapshot``, and register for live frames of ``run_id`` after
+        ``after``."""
         self.hand_out()  # what is gathered is in the snapshot already: not for this one
         self._every.add(sub)
-        sub.replay(snapshot)
+        sub.forget(run_id)  # a repeated subscribe replaces what is still queued for the run
+        sub.replay(snapshot, stored=stored)
         sub.floor[run_id] = after
         sub.runs.add(run_id)
         self._by_run.setdefault(run_id, set()).add(sub)
@@ -334,6 +491,9 @@ class Hub:
         """Queue ``snapshot`` and register for live frames of every run, new ones too."""
         self.hand_out()
         self._every.add(sub)
+        snapshot = list(snapshot)
+        for run_id in {d.run_id for d in snapshot}:
+            sub.forget(run_id)  # a repeated follow replaces what is still queued for those runs
         sub.replay(snapshot)
         sub.floor_all = after
         sub.follows_all = True

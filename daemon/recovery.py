@@ -42,7 +42,7 @@ async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int
         translator = Translator.restore(ctx, frames, limits)
         now = time.time()
         for frame in translator.close(Outcome(reason="interrupted"), now):
-            store.append_frame(rec.run_id, frame.seq, encode_frame(frame))
+            store.append_frame(rec.run_id, frame.seq, encode_frame(frame), always=True)
         result = translator.result
         status = result.status if result is not None else "interrupted"
         if rec.parent_tool_call_id is not None:  # a follow-up continues its Work Room

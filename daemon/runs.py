@@ -24,7 +24,7 @@ from typing import Any, Final, Literal
 import msgspec
 import structlog
 
-from daemon.hub import Delivery, Hub, Subscriber
+from daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
 from daemon.metrics import Metrics
 from daemon.record import Refused, Run, Stopping, record_state, translator_limits
 from daemon.recovery import recover_runs
@@ -114,35 +114,45 @@ class RunManager:
     async def subscribe(
         self, sub: Subscriber, run_id: str, after: int
     ) -> Literal["unknown", "live", "finished"]:
-        """Queue the frames of ``run_id`` after ``after`` and, if it is live, follow it."""
+        """Queue the frames of ``run_id`` after ``after`` and, if it is live, follow it.
+
+        Replaces whatever ``sub`` still had queued for the run (a repeated subscribe does not
+        stack replays); frames not in memory are read from the store page by page as the
+        client drains (see ``daemon/hub.py``).
+        """
         run = self.get(run_id)
-        if run is not None and run.log and run.log[0].seq > after + 1:
-            # The start of a long run's log was trimmed from memory: read that part from the
-            # store (it also answers for frames not written yet), then continue from memory
-            # after the last seq it returned, without a further await.
-            older = await self._store.frames_after(run_id, after)
-            head = [Delivery(run_id, after + 1 + i, data) for i, data in enumerate(older)]
-            after += len(head)
-            sub.replay(head)
         if run is not None:
+            stored = None
+            if run.log and run.log[0].seq > after + 1:
+                # The start of a long run's log was trimmed from memory: the store answers for
+                # it (also for frames not written yet), up to where the log begins.
+                stored = Replay(run_id, self._stored_pages(run_id), after, run.log[0].seq - 1)
             snapshot = [d for d in run.log if d.seq > after]
             if run.done.is_set() or (run.log and run.log[-1].last):
                 # run_result is out (the store may still be catching up): nothing live follows.
-                sub.replay(snapshot)
+                sub.forget(run_id)
+                sub.replay(snapshot, stored=stored)
                 return "finished"
             # No await between reading the log and registering: no gap, no duplicate.
-            self._hub.subscribe(sub, run_id, snapshot, after)
+            self._hub.subscribe(sub, run_id, snapshot, after, stored=stored)
             return "live"
         rec = await self._store.get_run(run_id)
         if rec is None:
             return "unknown"
-        # Not in memory means finished and flushed: the store holds every frame, none will come.
-        stored = await self._store.frames_after(run_id, after)
-        n = len(stored)
-        sub.replay(
-            Delivery(run_id, after + 1 + i, data, i == n - 1) for i, data in enumerate(stored)
-        )
+        # Not in memory means finished and flushed: the store holds every frame it keeps.
+        sub.forget(run_id)
+        sub.replay((), stored=Replay(run_id, self._stored_pages(run_id), after))
         return "finished"
+
+    def _stored_pages(self, run_id: str) -> Fetch:
+        """Pages of ``run_id``'s stored frames, for a :class:`Replay`."""
+        store = self._store
+
+        async def fetch(after: int, limit: int) -> list[Delivery]:
+            rows = await store.frames_page(run_id, after, limit)
+            return [Delivery(run_id, seq, data) for seq, data in rows]
+
+        return fetch
 
     def follow_all(self, sub: Subscriber, after: int) -> None:
         """Follow every run, new ones too, after replaying the live runs' frames after ``after``."""
@@ -276,13 +286,21 @@ class RunManager:
 
     # -- driving ---------------------------------------------------------------------------
 
-    def _emit(self, run: Run, frames: list[Frame]) -> None:
-        """Encode once; log, store and publish in one synchronous step."""
+    def _emit(self, run: Run, frames: list[Frame], *, keep: bool = False) -> None:
+        """Encode once; log, store and publish in one synchronous step.
+
+        Past the run's ``[limits]`` store cap frames are published but not stored, except with
+        ``keep`` (the closing frames); the first one not stored is followed by a
+        ``frames_not_stored`` diagnostic, and the total comes before ``run_result``.
+        """
         batch: list[Delivery] = []
+        store = self._store
+        capped = False
         for frame in frames:
             data = encode_frame(frame)
             batch.append(Delivery(run.run_id, frame.seq, data, isinstance(frame, RunResult)))
-            self._store.append_frame(run.run_id, frame.seq, data)
+            if not store.append_frame(run.run_id, frame.seq, data, always=keep):
+                capped = True
             kind = type(frame).__struct_config__.tag
             self._metrics.frames[str(kind)] += 1
             if isinstance(frame, Diagnostic):
@@ -292,6 +310,12 @@ class RunManager:
             # Bound memory per run; older frames are replayed from the store (see subscribe).
             del run.log[: len(run.log) - self._keep_frames]
         self._hub.publish_batch(run.run_id, batch)
+        if capped:
+            # Said once, when the first frame is not stored; the translator keeps the count and
+            # sends the total with its closing frames.
+            told = run.translator.frames_not_stored(store.not_stored(run.run_id), time.time())
+            if told:
+                self._emit(run, told, keep=True)
 
     async def _pump(self, run: Run, child: ChildProcess) -> None:
         """Feed stdout to the translator until EOF; output after a stop is dropped unread."""
@@ -391,7 +415,11 @@ class RunManager:
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
         now = time.time()
-        self._emit(run, run.translator.close(outcome, now))
+        not_stored = self._store.not_stored(run.run_id)  # forgotten once the finish is written
+        if not_stored:
+            outcome = msgspec.structs.replace(outcome, frames_not_stored=not_stored)
+        # Stored even past the cap: replay and recovery must see how the run ended.
+        self._emit(run, run.translator.close(outcome, now), keep=True)
         result = run.translator.result
         run.result = result
         run.status = result.status if result is not None else "failed"
@@ -426,6 +454,7 @@ class RunManager:
                 status=run.status,
                 exit_code=outcome.exit_code,
                 reason=outcome.reason,
+                **({"frames_not_stored": not_stored} if not_stored else {}),
             )
             if run.status == "failed" and outcome.stderr_tail:
                 _log.warning("run_stderr", tail=outcome.stderr_tail)

@@ -4,18 +4,24 @@
 (tests and the e2e suite use it in-process); ``serve(config)`` runs until SIGTERM/SIGINT, then
 drains: intake stops (503), running runs get ``drain_s`` to finish and are then cancelled,
 WebSockets are closed with GOING_AWAY, and the store is flushed and closed.
+
+Start-up claims what is the daemon's before it touches anything: an exclusive lock on the store
+(``<store>.lock``), then its listening sockets. Only then does the app open the store and close
+the runs a dead daemon left running. A second daemon on the same store or socket exits with an
+error and has touched nothing: not the first daemon's runs, store or socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import gc
 import os
+import resource
 import signal
 import socket
 import stat
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -23,16 +29,21 @@ from typing import Final
 import structlog
 from aiohttp import web
 
-from daemon.app import STATE, create_app, manager_of
+from daemon import logs
+from daemon.app import METRICS, STATE, create_app, manager_of
+from daemon.listeners import GatedSite
 from daemon.supervisor import become_subreaper
 from daemon.tasks import spawn
-from policy.config import Config, socket_mode_bits
+from policy.checks import token_problem
+from policy.config import Config, ServerConfig, socket_mode_bits
 
 _log = structlog.get_logger("codelegate.server")
 
 SD_LISTEN_FDS_START: Final = 3
 DRAIN_S: Final = 10.0  # how long running runs may finish on SIGTERM before they are cancelled
 SHUTDOWN_S: Final = 5.0  # then how long open requests get before aiohttp cancels them
+# Descriptors besides client connections: the store, runs' pipes, the loop's own (~20 idle).
+FD_RESERVE: Final = 128
 
 
 class ServerError(Exception):
@@ -127,7 +138,39 @@ def bind_unix_socket(path: str, mode: int) -> socket.socket:
     finally:
         os.umask(old)
     os.chmod(path, mode)
+    # Listening at once: a daemon started meanwhile sees the socket in use (connecting waits in
+    # the backlog until the app serves) rather than a dead one it may replace.
+    sock.listen(128)
     return sock
+
+
+def lock_store(store_path: str) -> int:
+    """An exclusive ``flock`` on ``<store>.lock``; its descriptor, held while the store is open.
+
+    The lock is what makes the store one daemon's: two daemons with different sockets but the
+    same store are refused as surely as two on one socket. The kernel drops it when the daemon
+    dies, however it dies, so a stale lock file never blocks a restart.
+    """
+    path = absolute(store_path) + ".lock"
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ServerError(f"cannot open the store lock {path}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ServerError(
+            f"another daemon (pid {holder}) is using the store {absolute(store_path)}; "
+            "stop it first, or give this one its own [store] path and [server] socket"
+        ) from exc
+    # Who holds it, for the message above (the lock itself is the flock, not this text).
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def read_token(path: str) -> bytes:
@@ -137,8 +180,9 @@ def read_token(path: str) -> bytes:
             token = fh.read().strip()
     except OSError as exc:
         raise ServerError(f"cannot read server.token_file: {exc}") from exc
-    if len(token) < 16:
-        raise ServerError("server.token_file must hold a token of at least 16 bytes")
+    problem = token_problem(token)  # the same check doctor makes
+    if problem:
+        raise ServerError(problem)
     return token
 
 
@@ -147,9 +191,13 @@ def absolute(path: str) -> str:
     return os.path.abspath(path)
 
 
-def _tcp_address(value: str) -> tuple[str, int]:
+def bind_tcp(value: str) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (validated by the config; port 0 in tests)."""
     host, _, port = value.rpartition(":")
-    return host.strip("[]"), int(port)
+    try:
+        return socket.create_server((host.strip("[]"), int(port)))
+    except OSError as exc:
+        raise ServerError(f"cannot listen on {value}: {exc.strerror or exc}") from exc
 
 
 @dataclass
@@ -161,6 +209,7 @@ class ServerHandle:
     socket_path: str | None
     tcp_port: int | None
     _owned_socket: tuple[str, int] | None  # (path, inode) we created and must remove
+    _store_lock: int | None  # the flock's descriptor, released once the store is closed
 
     async def close(self, drain_s: float = 0.0) -> None:
         """Stop intake, let runs finish for ``drain_s``, cancel the rest, close everything."""
@@ -174,6 +223,9 @@ class ServerHandle:
             with contextlib.suppress(OSError):
                 if os.lstat(path).st_ino == inode:
                     os.unlink(path)
+        if self._store_lock is not None:
+            os.close(self._store_lock)
+            self._store_lock = None
 
 
 async def start_server(
@@ -183,52 +235,102 @@ async def start_server(
     shutdown_timeout: float = SHUTDOWN_S,
     activation: bool = False,
 ) -> ServerHandle:
-    """Start the app on the configured Unix socket (or the inherited one) and optional TCP."""
+    """Start the app on the configured Unix socket (or the inherited one) and optional TCP.
+
+    The store lock and the sockets come first, the app (which opens the store and recovers)
+    after: a daemon that cannot have them leaves everything as it found it.
+    """
+    server = config.server
     tcp_token: bytes | None = None
-    if config.server.tcp is not None:
-        if not config.server.token_file:
+    if server.tcp is not None:
+        if not server.token_file:
             raise ServerError("server.tcp needs server.token_file")
-        tcp_token = read_token(config.server.token_file)
-    app = create_app(config, environ=environ, tcp_token=tcp_token)
-    runner = web.AppRunner(app, shutdown_timeout=shutdown_timeout, access_log=None)
-    await runner.setup()
+        tcp_token = read_token(server.token_file)
+        # The daemon knows this secret: whatever shape it has, no log line may carry it.
+        logs.mask_exactly(tcp_token)
+    lock = lock_store(config.store.path)
     owned: tuple[str, int] | None = None
+    sockets: list[socket.socket] = []
+    runner: web.AppRunner | None = None
     try:
         sock = inherited_socket() if activation else None
         socket_path: str | None
         if sock is not None:
             socket_path = sock.getsockname() or None
         else:
-            socket_path = absolute(config.server.socket)
-            sock = bind_unix_socket(socket_path, socket_mode_bits(config.server))
+            socket_path = absolute(server.socket)
+            sock = bind_unix_socket(socket_path, socket_mode_bits(server))
             owned = (socket_path, os.lstat(socket_path).st_ino)
-        # SockSite, not UnixSite: the socket is bound here so that its mode is right from the
-        # first moment (umask), a stale one is replaced safely, and an inherited one works.
-        await web.SockSite(runner, sock).start()
+        sockets.append(sock)
         tcp_port: int | None = None
-        if config.server.tcp is not None:
-            host, port = _tcp_address(config.server.tcp)
-            tcp_sock = socket.create_server((host, port))
+        if server.tcp is not None:
+            tcp_sock = bind_tcp(server.tcp)
+            sockets.append(tcp_sock)
             tcp_port = tcp_sock.getsockname()[1]
-            await web.SockSite(runner, tcp_sock).start()
+        app = create_app(config, environ=environ, tcp_token=tcp_token)
+        # keepalive_timeout also runs from the moment a connection opens (aiohttp): it is the
+        # bound on idle time and on the time to send a request head.
+        runner = web.AppRunner(
+            app,
+            shutdown_timeout=shutdown_timeout,
+            access_log=None,
+            keepalive_timeout=server.idle_timeout_s,
+        )
+        await runner.setup()  # the store opens and runs recover: only now that it is ours
+        # The sockets are bound here (not by UnixSite/TCPSite) so that the Unix socket's mode is
+        # right from the first moment (umask), a stale one is replaced safely, an inherited one
+        # works, and each listener counts its connections under its own cap.
+        for listening in sockets:
+            cap = (
+                server.unix_max_connections
+                if listening.family == socket.AF_UNIX
+                else server.tcp_max_connections
+            )
+            await GatedSite(runner, listening, cap=cap, metrics=app[METRICS]).start()
     except BaseException:
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
+        for listening in sockets:
+            listening.close()
         if owned is not None:
             with contextlib.suppress(OSError):
                 os.unlink(owned[0])
+        os.close(lock)
         raise
-    return ServerHandle(app, runner, socket_path, tcp_port, owned)
+    return ServerHandle(app, runner, socket_path, tcp_port, owned, lock)
+
+
+def raise_nofile_limit(server: ServerConfig) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (a shell's soft limit is often 1024) and
+    warn when the listeners' caps do not fit under it; returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    needed = FD_RESERVE + server.unix_max_connections
+    if server.tcp is not None:
+        needed += server.tcp_max_connections
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        _log.warning(
+            "connection_caps_above_nofile",
+            nofile=soft,
+            needed=needed,
+            hint="lower [server] unix_max_connections / tcp_max_connections or raise LimitNOFILE",
+        )
+    return soft
 
 
 async def serve(config: Config, *, drain_s: float = DRAIN_S) -> int:
     """Run the daemon until SIGTERM/SIGINT; returns the process exit code."""
     if become_subreaper():
         _log.info("subreaper", enabled=True)
+    raise_nofile_limit(config.server)
     try:
         handle = await start_server(config, activation=True)
     except ServerError as exc:
         _log.error("cannot_listen", error=str(exc))
-        print(f"codelegate: {exc}", file=sys.stderr)
+        logs.say(f"codelegate: {exc}")
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -238,7 +340,7 @@ async def serve(config: Config, *, drain_s: float = DRAIN_S) -> int:
     if handle.tcp_port is not None:
         where.append(f"tcp:{config.server.tcp}")
     _log.info("listening", on=where, cli_version=handle.app[STATE].cli_version)
-    print(f"codelegate listening on {', '.join(where)}", file=sys.stderr, flush=True)
+    logs.say(f"codelegate listening on {', '.join(where)}")
     # Everything allocated so far (modules, config, the app) lives as long as the daemon: keep
     # it out of the collector's scans, whose full passes otherwise pause the fan-out for tens
     # of milliseconds (bench/RESULTS.md).
@@ -260,8 +362,25 @@ async def serve(config: Config, *, drain_s: float = DRAIN_S) -> int:
     return 0
 
 
+def ensure_standard_fds() -> None:
+    """Point a closed stdin, stdout or stderr at /dev/null before anything opens a descriptor.
+
+    Started with ``>&-``, the daemon's next socket would be fd 1: log lines would go to a
+    client, and libuv aborts the process when it closes a descriptor below 3.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def run(config: Config, *, drain_s: float = DRAIN_S) -> int:
     """Run :func:`serve` on uvloop (as a loop factory, not a global policy)."""
+    ensure_standard_fds()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
@@ -14,6 +14,9 @@ from daemon.runs import RunManager
 from daemon.store import RunStore
 from policy.config import Config
 from policy.errors import PolicyError
+
+if TYPE_CHECKING:  # redis-py is imported only when [fanout] is configured
+    from daemon.fanout import Publisher
 
 
 @dataclass
@@ -26,6 +29,7 @@ class DaemonState:
     cli_version: str | None = None
     manager: RunManager | None = None
     store: RunStore | None = None
+    fanout: Publisher | None = None  # [fanout]: frames on Redis Streams
     websockets: set[web.WebSocketResponse] = field(default_factory=set)
 
 

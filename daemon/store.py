@@ -1,35 +1,63 @@
 """The run store: runs, their results, issued session ids and every frame, in SQLite.
 
 All database work happens on one dedicated worker thread (a single-thread executor): the event
-loop never blocks on disk, and one thread owning the connection needs no locking. Frames and
-final statuses are buffered and written in batches (on a short timer, when the buffer is large,
-before any read, on finish and on close), one transaction per batch. WAL mode lets operators
-read the file while the daemon writes it. The SQL lives in ``daemon/store_db.py``.
+loop never blocks on disk, and one thread owning the connection needs no locking. The SQL lives
+in ``daemon/store_db.py``. WAL mode lets operators read the file while the daemon writes it.
 
-A failed write (disk full, read-only file) never raises into the run that produced the frames:
-the batch goes back to the front of the buffer and is retried, the error is handed to
-``on_error`` (the daemon logs it), and :meth:`RunStore.flush` / :meth:`RunStore.finish_run`
-raise :class:`StoreError` while something remains unwritten. Readers see the unwritten frames
-and final statuses merged from the buffer, so nothing already recorded is lost.
+Writing. Frames and final statuses wait in a buffer of their own per run and are written by one
+writer task, one batch (one transaction) at a time, at most ``flush_frames`` frames and about
+``flush_bytes`` bytes each. A batch takes up to :data:`QUANTUM` frames from each waiting run in
+turn (round-robin), so a run that floods its output never makes another run's frames, its
+record or a read wait behind more than one bounded batch: the executor holds at most one batch
+ahead of any other call. The live fan-out never waits for the store at all (``append_frame``
+only buffers). A batch is written when ``flush_frames`` are waiting, on a short timer, and at
+once for :meth:`RunStore.finish_run`, :meth:`RunStore.flush` and :meth:`RunStore.close`.
+
+Order. A run's final status goes into a batch only once every earlier frame of that run is in
+the same batch or already written, and only one batch is ever in flight: a finish can never land
+before its frames, and the stored frames of a run are always a gapless prefix of what it
+produced (plus, past the cap, its closing frames).
+
+Caps. A run stores at most ``max_frames`` frames and ``max_bytes`` bytes of frames; frames past
+the cap are still delivered live, but not stored (``append_frame`` returns False and counts them
+in :meth:`RunStore.not_stored`), except the frames the caller marks ``always`` (a run's closing
+frames and the diagnostic saying what was not stored), so that replay and recovery still see how
+the run ended. A run's buffer never holds more than its cap either: the store's memory stays
+bounded per run even while the disk is full.
+
+Failures. A failed write (disk full, read-only file) never raises into the run that produced the
+frames: the batch goes back to the front of its runs' buffers and is retried after
+:data:`RETRY_AFTER_S`, the error is logged (``store_write_failed``, once until a write succeeds
+again: ``store_write_recovered``) and handed to ``on_error``, and :meth:`RunStore.flush` /
+:meth:`RunStore.finish_run` raise :class:`StoreError` while something remains unwritten. Readers
+see the unwritten frames and final statuses merged from the buffers. :meth:`RunStore.close`
+never raises: what it could not write is logged with its counts (``store_unflushed``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 import msgspec
+import structlog
 
 from daemon import store_db
 from daemon.store_db import Finish, Frame
 
 T = TypeVar("T")
 
+_log = structlog.get_logger("codelegate.store")
+
 RETRY_AFTER_S: Final = 1.0  # after a failed write: no hot loop against a full disk
+QUANTUM: Final = 32  # frames a batch takes from one run before the next run's turn
+UNCAPPED: Final = 1 << 62
 
 
 class StoreError(Exception):
@@ -64,6 +92,24 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
 Batch = tuple[list[Frame], dict[str, Finish]]
 
 
+class _Pending:
+    """One run's unwritten frames and final status, and how much of the run the store keeps."""
+
+    __slots__ = ("finish", "frames", "not_stored", "queued", "stored_bytes", "stored_frames")
+
+    def __init__(self) -> None:
+        self.frames: deque[Frame] = deque()
+        self.finish: Finish | None = None
+        self.queued = False  # in the writer's round-robin turn
+        self.stored_frames = 0  # accepted for storing (written or buffered)
+        self.stored_bytes = 0
+        self.not_stored = 0  # past the cap: delivered live only
+
+    @property
+    def empty(self) -> bool:
+        return not self.frames and self.finish is None
+
+
 class RunStore:
     """SQLite run store; open with :meth:`open`, always :meth:`close`."""
 
@@ -74,16 +120,26 @@ class RunStore:
         *,
         flush_interval: float,
         flush_frames: int,
+        flush_bytes: int,
+        max_frames: int,
+        max_bytes: int,
         on_error: Callable[[BaseException], None] | None,
     ) -> None:
         self._executor = executor
         self._conn = conn
         self._flush_interval = flush_interval
         self._flush_frames = flush_frames
+        self._flush_bytes = flush_bytes
+        self._max_frames = max_frames
+        self._max_bytes = max_bytes
         self._on_error = on_error
-        self._frames: list[Frame] = []
-        self._finishes: dict[str, Finish] = {}
-        self._inflight: dict[asyncio.Future[None], Batch] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._turn: deque[str] = deque()  # runs with something to write, in round-robin order
+        self._buffered = 0  # frames waiting in the buffers (not in flight)
+        self._inflight: Batch | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._urgent = False  # write until the buffers are empty (flush, finish, close)
+        self._finish_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._last_error: BaseException | None = None
         self._closed = False
@@ -98,9 +154,16 @@ class RunStore:
         *,
         flush_interval: float = 0.05,
         flush_frames: int = 256,
+        flush_bytes: int = 1 << 20,
+        max_frames: int = UNCAPPED,
+        max_bytes: int = UNCAPPED,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> RunStore:
-        """Open (creating if needed) the database at ``path`` in WAL mode."""
+        """Open (creating if needed) the database at ``path`` in WAL mode.
+
+        ``max_frames`` / ``max_bytes``: what one run may store (``[limits]``; see the module
+        docstring).
+        """
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runstore")
         loop = asyncio.get_running_loop()
         try:
@@ -113,11 +176,14 @@ class RunStore:
             conn,
             flush_interval=flush_interval,
             flush_frames=flush_frames,
+            flush_bytes=flush_bytes,
+            max_frames=max_frames,
+            max_bytes=max_bytes,
             on_error=on_error,
         )
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(conn, *args)`` on the store thread, after every write queued before it."""
+        """Run ``fn(conn, *args)`` on the store thread (behind at most one batch)."""
         if self._closed:
             raise StoreError("the run store is closed")
         loop = asyncio.get_running_loop()
@@ -126,90 +192,225 @@ class RunStore:
         except sqlite3.Error as exc:
             raise StoreError(f"run store: {exc}") from exc
 
-    # -- the write buffer ------------------------------------------------------------------
+    # -- the write buffers -----------------------------------------------------------------
 
-    def append_frame(self, run_id: str, seq: int, data: bytes) -> None:
-        """Queue one encoded frame; it is written with the next batch. Never blocks."""
+    def _queue(self, run_id: str, pending: _Pending) -> None:
+        if not pending.queued:
+            pending.queued = True
+            self._turn.append(run_id)
+
+    def append_frame(self, run_id: str, seq: int, data: bytes, *, always: bool = False) -> bool:
+        """Queue one encoded frame for the next batch; never blocks.
+
+        Returns False when the run is past its cap and the frame is not stored (``always``:
+        store it anyway, for a run's closing frames).
+        """
         if self._closed:
             raise StoreError("the run store is closed")
-        self._frames.append((run_id, seq, data))
-        if len(self._frames) >= self._flush_frames:
-            self._submit()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._flush_interval, self._submit)
+        pending = self._pending.get(run_id)
+        if pending is None:
+            pending = self._pending[run_id] = _Pending()
+        size = len(data)
+        if not always and (
+            pending.stored_frames >= self._max_frames
+            or pending.stored_bytes + size > self._max_bytes
+        ):
+            pending.not_stored += 1
+            return False
+        pending.stored_frames += 1
+        pending.stored_bytes += size
+        pending.frames.append((run_id, seq, data))
+        self._queue(run_id, pending)
+        self._buffered += 1
+        if self._buffered >= self._flush_frames and self._last_error is None:
+            # (After a failed write only the retry timer, a flush or a finish writes again.)
+            self._start_writer()
+        elif self._timer is None and self._writer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                self._flush_interval, self._start_writer
+            )
+        return True
 
-    def _submit(self) -> None:
-        """Hand everything buffered to the store thread as one batch (no await)."""
+    def not_stored(self, run_id: str) -> int:
+        """Frames of ``run_id`` past its cap, delivered live but not stored."""
+        pending = self._pending.get(run_id)
+        return pending.not_stored if pending is not None else 0
+
+    def _start_writer(self) -> None:
+        """Start the writer task unless it runs already (it then picks up what is new)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._closed or not (self._frames or self._finishes):
-            return
-        batch: Batch = (self._frames, self._finishes)
-        self._frames, self._finishes = [], {}
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, store_db.write_batch, self._conn, *batch)
-        self._inflight[future] = batch
-        future.add_done_callback(self._written)
+        if self._writer is None and self._turn and not self._closed:
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write_loop(), name="runstore-writer"
+            )
 
-    def _written(self, future: asyncio.Future[None]) -> None:
-        frames, finishes = self._inflight.pop(future)
-        exc = None if future.cancelled() else future.exception()
-        if exc is None and not future.cancelled():
-            self.batches_written += 1
-            self.frames_written += len(frames)
+    def _take(self) -> Batch:
+        """The next batch: up to QUANTUM frames of each waiting run in turn, bounded in size."""
+        frames: list[Frame] = []
+        finishes: dict[str, Finish] = {}
+        budget, room = self._flush_frames, self._flush_bytes
+        turn = self._turn
+        while turn and len(frames) < budget and room > 0:
+            run_id = turn.popleft()
+            pending = self._pending[run_id]
+            queue = pending.frames
+            for _ in range(min(QUANTUM, budget - len(frames), len(queue))):
+                frame = queue.popleft()
+                frames.append(frame)
+                room -= len(frame[2])
+                if room <= 0:
+                    break
+            if not queue and pending.finish is not None:
+                # Every earlier frame of the run is in this batch or written: the finish may go.
+                finishes[run_id] = pending.finish
+                pending.finish = None
+            if pending.empty:
+                pending.queued = False
+            else:
+                turn.append(run_id)
+        self._buffered -= len(frames)
+        return frames, finishes
+
+    def _restore(self, batch: Batch) -> None:
+        """Put a failed batch back at the front of its runs' buffers, in order."""
+        frames, finishes = batch
+        by_run: dict[str, list[Frame]] = {}
+        for frame in frames:
+            by_run.setdefault(frame[0], []).append(frame)
+        for run_id, run_frames in by_run.items():
+            pending = self._pending.setdefault(run_id, _Pending())
+            pending.frames.extendleft(reversed(run_frames))
+        for run_id, finish in finishes.items():
+            pending = self._pending.setdefault(run_id, _Pending())
+            if pending.finish is None:  # a newer finish of that run wins
+                pending.finish = finish
+        for run_id in {*by_run, *finishes}:
+            pending = self._pending[run_id]
+            if not pending.queued:
+                pending.queued = True
+                self._turn.appendleft(run_id)
+        self._buffered += len(frames)
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        failed = False
+        try:
+            while self._turn:
+                batch = self._take()
+                self._inflight = batch
+                try:
+                    await loop.run_in_executor(
+                        self._executor, store_db.write_batch, self._conn, *batch
+                    )
+                except Exception as exc:  # kept and retried, never lost
+                    self._inflight = None
+                    self._failed(batch, exc)
+                    failed = True
+                    return
+                self._inflight = None
+                self._written(batch)
+                if not self._urgent and self._buffered < self._flush_frames:
+                    break
+            if not self._turn:
+                self._urgent = False
+        finally:
+            self._writer = None
+            if not self._closed and self._turn and self._timer is None:
+                delay = RETRY_AFTER_S if failed else self._flush_interval
+                self._timer = loop.call_later(delay, self._start_writer)
+
+    def _written(self, batch: Batch) -> None:
+        frames, finishes = batch
+        self.batches_written += 1
+        self.frames_written += len(frames)
+        if self._last_error is not None:
+            _log.info("store_write_recovered", failed_writes=self.write_errors)
             self._last_error = None
-            return
+        for run_id in finishes:
+            pending = self._pending.get(run_id)
+            if pending is not None and pending.empty:
+                del self._pending[run_id]  # finished and written: nothing more to account for
+            for waiter in self._finish_waiters.pop(run_id, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _failed(self, batch: Batch, exc: BaseException) -> None:
         # Keep it all (primary keys make a retry idempotent) and try again later.
         self.write_errors += 1
+        first = self._last_error is None
         self._last_error = exc
-        self._frames[:0] = frames
-        for run_id, finish in finishes.items():
-            self._finishes.setdefault(run_id, finish)  # a newer finish of that run wins
-        if exc is not None and self._on_error is not None:
+        self._restore(batch)
+        if first:  # once per failing streak, not once a second while the disk stays full
+            frames, finishes = self._unwritten_counts()
+            _log.error("store_write_failed", error=str(exc), frames=frames, final_statuses=finishes)
+        # A final status waiting behind this batch is not written either: tell its caller.
+        waiters, self._finish_waiters = self._finish_waiters, {}
+        for futures in waiters.values():
+            for waiter in futures:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+        if self._on_error is not None:
             self._on_error(exc)
-        if not self._closed and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(RETRY_AFTER_S, self._submit)
 
-    async def _settle(self) -> None:
-        self._submit()
-        if self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+    async def _write_now(self) -> None:
+        """Write until the buffers are empty or a write fails (the retry then waits)."""
+        self._urgent = True
+        self._start_writer()
+        if self._writer is not None:  # urgent: it ends once empty, or on a failure
+            await asyncio.shield(self._writer)
 
     async def flush(self) -> None:
         """Write everything buffered now; raise :class:`StoreError` if some could not be."""
         errors_before = self.write_errors
-        await self._settle()
+        if self._writer is not None:  # a write in progress first: it may fail
+            await asyncio.shield(self._writer)
+        if self.write_errors == errors_before:
+            await self._write_now()
         # What other runs appended while we waited is not a failure: only a write that failed
         # during this flush is.
-        if self.write_errors > errors_before and (self._frames or self._finishes):
+        if self.write_errors > errors_before and self.unwritten:
+            frames, finishes = self._unwritten_counts()
             raise StoreError(
-                f"{len(self._frames)} frames and {len(self._finishes)} final statuses not"
-                f" written (retrying): {self._last_error}"
+                f"{frames} frames and {finishes} final statuses not written (retrying):"
+                f" {self._last_error}"
             ) from self._last_error
 
     @property
     def unwritten(self) -> int:
         """Frames and final statuses buffered or being written."""
-        batches = [(self._frames, self._finishes), *self._inflight.values()]
-        return sum(len(frames) + len(finishes) for frames, finishes in batches)
+        return sum(self._unwritten_counts())
 
-    def _unwritten(self) -> Batch:
-        frames, finishes = list(self._frames), dict(self._finishes)
-        for f, fin in self._inflight.values():
-            frames.extend(f)
-            for run_id, finish in fin.items():
-                finishes.setdefault(run_id, finish)
+    def _unwritten_counts(self) -> tuple[int, int]:
+        frames = self._buffered
+        finishes = sum(p.finish is not None for p in self._pending.values())
+        if self._inflight is not None:
+            frames += len(self._inflight[0])
+            finishes += len(self._inflight[1])
         return frames, finishes
+
+    def _unwritten_of(self, run_id: str) -> tuple[list[Frame], Finish | None]:
+        """``run_id``'s frames and final status not written yet (buffered or in flight)."""
+        frames: list[Frame] = []
+        finish: Finish | None = None
+        if self._inflight is not None:
+            frames.extend(f for f in self._inflight[0] if f[0] == run_id)
+            finish = self._inflight[1].get(run_id)
+        pending = self._pending.get(run_id)
+        if pending is not None:
+            frames.extend(pending.frames)
+            if pending.finish is not None:
+                finish = pending.finish
+        return frames, finish
 
     def _overlay(self, rec: RunRecord) -> RunRecord:
         """``rec`` with its unwritten frames and final status applied."""
-        frames, finishes = self._unwritten()
-        seqs = [seq for run_id, seq, _ in frames if run_id == rec.run_id]
-        if seqs:
-            rec.last_seq = max(rec.last_seq, *seqs)
-        if rec.run_id in finishes:
-            rec.status, rec.result, rec.exit_code, rec.finished_at = finishes[rec.run_id]
+        frames, finish = self._unwritten_of(rec.run_id)
+        if frames:
+            rec.last_seq = max(rec.last_seq, *(seq for _, seq, _ in frames))
+        if finish is not None:
+            rec.status, rec.result, rec.exit_code, rec.finished_at = finish
         return rec
 
     # -- runs and sessions -----------------------------------------------------------------
@@ -228,27 +429,32 @@ class RunStore:
     ) -> None:
         """Record the final status and result, after the run's buffered frames.
 
+        Waits for this run's batch only (never for the whole backlog of a run that floods).
         Durable like frames: if the write fails it stays queued and is retried (readers see it
         meanwhile), and :class:`StoreError` tells the caller to log it.
         """
         if self._closed:
             raise StoreError("the run store is closed")
-        self._finishes[run_id] = (status, result, exit_code, finished_at)
-        await self._settle()
-        if run_id in self._finishes:
-            raise StoreError(
-                f"final status of {run_id} not written (retrying): {self._last_error}"
-            ) from self._last_error
+        pending = self._pending.get(run_id)
+        if pending is None:
+            pending = self._pending[run_id] = _Pending()
+        pending.finish = (status, result, exit_code, finished_at)
+        self._queue(run_id, pending)
+        waiter = asyncio.get_running_loop().create_future()
+        self._finish_waiters.setdefault(run_id, []).append(waiter)
+        self._start_writer()
+        try:
+            await waiter
+        except Exception as exc:  # the write failed; it stays queued
+            raise StoreError(f"final status of {run_id} not written (retrying): {exc}") from exc
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run's record, or None."""
-        self._submit()
         rows = await self._call(store_db.select, f"{store_db.SELECT_RUNS} WHERE run_id = ?", run_id)
         return self._overlay(_record(rows[0])) if rows else None
 
     async def list_runs(self, limit: int = 50) -> list[RunRecord]:
         """The most recent runs, newest first."""
-        self._submit()
         sql = f"{store_db.SELECT_RUNS} ORDER BY created_at DESC, rowid DESC LIMIT ?"
         return [
             self._overlay(_record(r)) for r in await self._call(store_db.select, sql, max(0, limit))
@@ -256,21 +462,25 @@ class RunStore:
 
     async def live_runs(self) -> list[RunRecord]:
         """Runs still marked running: at start-up, those a previous daemon left behind."""
-        self._submit()
         sql = f"{store_db.SELECT_RUNS} WHERE status = 'running' ORDER BY created_at"
         records = [self._overlay(_record(r)) for r in await self._call(store_db.select, sql)]
         return [rec for rec in records if rec.status == "running"]
 
-    async def frames_after(self, run_id: str, after: int) -> list[bytes]:
-        """The run's frames with ``seq > after``, in order, including ones not yet written."""
-        self._submit()
-        sql = "SELECT seq, data FROM frames WHERE run_id = ? AND seq > ? ORDER BY seq"
-        rows = await self._call(store_db.select, sql, run_id, after)
+    async def frames_page(self, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` of the run's ``(seq, frame)`` with ``seq > after``, in order,
+        including ones not written yet. Seqs may jump where a capped run stored nothing."""
+        sql = "SELECT seq, data FROM frames WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        rows = await self._call(store_db.select, sql, run_id, after, limit)
         by_seq = {seq: bytes(data) for seq, data in rows}
-        for rid, seq, data in self._unwritten()[0]:
-            if rid == run_id and seq > after:
+        for _, seq, data in self._unwritten_of(run_id)[0]:
+            if seq > after:
                 by_seq.setdefault(seq, data)
-        return [by_seq[s] for s in sorted(by_seq)]
+        seqs = sorted(by_seq)
+        return [(s, by_seq[s]) for s in (seqs[:limit] if limit >= 0 else seqs)]
+
+    async def frames_after(self, run_id: str, after: int) -> list[bytes]:
+        """All the run's frames with ``seq > after``, in order, including ones not yet written."""
+        return [data for _, data in await self.frames_page(run_id, after, -1)]
 
     async def session_owner(self, session_id: str) -> str | None:
         """The workspace cwd of the run that was issued ``session_id``, or None."""
@@ -291,15 +501,20 @@ class RunStore:
     async def prune(self, retention_days: float, max_runs: int, *, now: float | None = None) -> int:
         """Delete finished runs older than ``retention_days`` or beyond the newest ``max_runs``.
 
-        Running runs are neither pruned nor counted. A session id stays resumable while any run
-        of it is kept. Returns the number of runs deleted.
+        Running runs are neither pruned nor counted (a run whose final status is still buffered
+        is ``running`` in the file). A session id stays resumable while any run of it is kept.
+        Returns the number of runs deleted.
         """
-        await self._settle()  # a run whose finish is still buffered must not look prunable
+        # Buffered frames of a run about to be pruned must not land after its rows are gone.
+        await self._write_now()
         cutoff = (time.time() if now is None else now) - retention_days * 86400.0
         return await self._call(store_db.prune, cutoff, max(0, max_runs))
 
     async def close(self) -> None:
-        """Flush what can be flushed, then close the database. Idempotent."""
+        """Flush what can be flushed, then close the database. Idempotent; never raises.
+
+        What could not be written (a full disk at shutdown) is logged with its counts.
+        """
         if self._closed:
             return
         try:
@@ -308,9 +523,20 @@ class RunStore:
             if self._on_error is not None:
                 self._on_error(exc)
         finally:
+            frames, finishes = self._unwritten_counts()
+            if frames or finishes:
+                runs = sorted(rid for rid, p in self._pending.items() if not p.empty)
+                _log.error(
+                    "store_unflushed",
+                    frames=frames,
+                    final_statuses=finishes,
+                    runs=runs[:20],
+                    error=str(self._last_error) if self._last_error is not None else None,
+                )
             if self._timer is not None:
                 self._timer.cancel()
             self._closed = True
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self._conn.close)
+            with contextlib.suppress(sqlite3.Error):
+                await loop.run_in_executor(self._executor, self._conn.close)
             self._executor.shutdown(wait=False)

@@ -84,6 +84,8 @@ def connect(path: str) -> sqlite3.Connection:
             raise sqlite3.OperationalError(f"cannot switch to WAL (journal_mode={mode})")
         # WAL + NORMAL: a power cut may lose the last batches, never corrupt the file.
         conn.execute("PRAGMA synchronous = NORMAL")
+        # A flood of writes grows the WAL; once checkpointed, give the space back beyond 64 MiB.
+        conn.execute("PRAGMA journal_size_limit = 67108864")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise sqlite3.OperationalError(f"schema version {version} is newer than this daemon")

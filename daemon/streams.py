@@ -63,15 +63,17 @@ def _ndjson(item: Item) -> bytes:
 
 
 async def _stream_ndjson(response: web.StreamResponse, sub: Subscriber, *, finished: bool) -> None:
-    if finished:  # the whole replay is queued already and nothing live will follow
-        await response.write(b"".join([_ndjson(item) for item in sub.take()]))
-        return
-    # One write per wake-up, for everything queued by then.
-    while items := await sub.get():
-        await response.write(b"".join([_ndjson(item) for item in items]))
+    # One write per wake-up, of at most a page: ``write`` waits while the client is behind, so a
+    # replay goes out as fast as the client reads it and no faster (see daemon/hub.py).
+    while not (finished and sub.idle):  # finished: the replay is all that will come
+        items = await sub.get(sub.page)
+        if sub.closed:
+            # Lagging or shutting down. The stream just ends; the client resumes with after=.
+            return
+        if items:
+            await response.write(b"".join([_ndjson(item) for item in items]))
         if any(not isinstance(item, bytes) and item.last for item in items):
             return
-    # Closed: lagging or shutting down. The stream just ends; the client resumes with after=.
 
 
 class _Subscribe(msgspec.Struct, tag="subscribe", forbid_unknown_fields=True):
@@ -228,6 +230,10 @@ class _WsSink:
         self._transport.write(batch.ws)  # built once, for every WebSocket client of the run
         return True
 
+    def closing(self) -> bool:
+        """The connection is going: nothing more is written."""
+        return self._ws.closed or self._transport.is_closing()
+
     def write(self, items: list[Item]) -> None:
         if len(items) == 1:
             item = items[0]
@@ -262,11 +268,21 @@ async def _ws_writer(ws: web.WebSocketResponse, sub: Subscriber) -> None:
     sub.sink = sink
     try:
         while await sub.wait():
-            if sink.ready():
+            if not sink.ready():
+                if not await sink.drain():
+                    return
+            elif sub.replaying:
+                # A page of a stored replay; live frames queue behind it meanwhile, so the hub
+                # writes nothing directly until the replay is done.
+                items = await sub.get(sub.page)
+                if sub.closed or sink.closing():
+                    return
+                if items:
+                    sink.write(items)
+                    sub.sent(items[-1])
+            else:
                 # Take and write in one step, as the hub does: the two never reorder frames.
-                sub.write_to(sink)
-            elif not await sink.drain():
-                return
+                sub.write_to(sink, sub.page)
     finally:
         sub.sink = None
 
@@ -274,7 +290,10 @@ async def _ws_writer(ws: web.WebSocketResponse, sub: Subscriber) -> None:
 async def _ws_writer_fallback(ws: web.WebSocketResponse, sub: Subscriber) -> None:
     """One frame at a time through aiohttp, for a connection without a usable transport."""
     with contextlib.suppress(ConnectionResetError):
-        while items := await sub.get():
+        while True:
+            items = await sub.get(sub.page)
+            if sub.closed:
+                return
             for item in items:
                 if isinstance(item, bytes):
                     await ws.send_frame(item, WSMsgType.TEXT)

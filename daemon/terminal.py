@@ -4,7 +4,7 @@
 (daemon/board.py does the drawing); Ctrl-C cancels the run and exits 130. ``watch RUN`` follows
 a run already started; ``watch --all`` follows every run over the WebSocket. ``--json`` prints
 the frames themselves, one per line. The daemon is found through ``--socket``, else
-``$CODELEGATE_SOCKET``, else ``var/codelegate.sock``.
+``$CODELEGATE_SOCKET``, else the socket ``make run`` serves (``daemon.tool.state_dir()``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import msgspec
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from daemon.board import Board, MultiBoard
-from daemon.tool import socket_path
+from daemon.board import Board, CleanConsole, MultiBoard
+from daemon.tool import socket_path, unreachable
 from translator.frames import Frame, RunResult, decode_frame
 
 BASE: Final = "http://codelegate"  # the host is a placeholder: the connector picks the socket
@@ -81,7 +81,17 @@ class Renderer:
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.stop()
+            self._live.stop()  # transient: the live region goes...
+        if self.json_out is None:
+            # ...and what was still open stays on screen as it stood (Ctrl-C in watch, a lost
+            # daemon); without a terminal, this is the only time open cards are printed at all.
+            boards = (
+                self.board.boards.values() if isinstance(self.board, MultiBoard) else [self.board]
+            )
+            for board in boards:
+                cards = board.open_cards()
+                if cards is not None:
+                    self.console.print(cards)
 
     def line(self, raw: bytes, frame: Frame | None) -> None:
         """One NDJSON line from the daemon, and the frame in it when this client knows its type."""
@@ -179,12 +189,25 @@ async def follow(
 async def follow_all(
     http: aiohttp.ClientSession, sink: Callable[[bytes, Frame | None], None]
 ) -> None:
-    """Every run's frames over the WebSocket, until the daemon closes it."""
+    """Every run's frames over the WebSocket; DaemonError when the daemon closes it."""
     async with http.ws_connect(f"{BASE}/v1/ws", params={"run": "*"}) as ws:
         async for message in ws:
             if message.type == aiohttp.WSMsgType.TEXT:
                 raw = message.data.encode()
                 sink(raw, _decode(raw))
+        # Only the daemon ends this stream (watching ends with Ctrl-C): it stopped or dropped us.
+        code = ws.close_code
+        why = "it is stopping" if code == aiohttp.WSCloseCode.GOING_AWAY else f"code {code}"
+        raise DaemonError(0, "daemon_gone", f"the daemon closed the stream ({why})")
+
+
+async def run_state(http: aiohttp.ClientSession, run_id: str) -> dict[str, Any]:
+    """``GET /v1/runs/{id}``: the run's cwd and start, for the board."""
+    async with http.get(f"{BASE}/v1/runs/{run_id}") as response:
+        if response.status != 200:
+            raise await _error_of(response)
+        state: dict[str, Any] = await response.json()
+        return state
 
 
 def _decode(raw: bytes) -> Frame | None:
@@ -214,6 +237,9 @@ async def run_async(
         body["resume"] = args.resume
     if args.model:
         body["model"] = args.model
+    if isinstance(renderer.board, Board):
+        renderer.board.cwd = args.cwd
+        renderer.board.started = time.time()  # the run's clock starts now, not at its first line
     async with _session(args.socket) as http:
         try:
             run_id = await start_run(http, body)
@@ -253,6 +279,11 @@ async def watch_async(
     """``codelegate watch``: follow one run to its end, or every run until Ctrl-C."""
     stop = interrupt if interrupt is not None else _interrupts(asyncio.get_running_loop())
     async with _session(args.socket) as http:
+        if args.run and isinstance(renderer.board, Board):
+            state = await run_state(http, args.run)
+            renderer.board.cwd = str(state.get("cwd") or "") or None
+            created = state.get("created_at")
+            renderer.board.started = float(created) if isinstance(created, int | float) else None
         with renderer:
             job: asyncio.Future[RunResult | None] = asyncio.ensure_future(
                 follow(http, args.run, renderer.line)
@@ -293,8 +324,9 @@ def _main(command: str, argv: list[str]) -> int:
     args.socket = socket_path(args.socket)
     if command == "run":
         args.cwd = os.path.abspath(args.cwd)  # the daemon has its own cwd
-    # With --json, stdout is for frames only; the client's own words go to stderr.
-    console = Console(stderr=args.json, highlight=False)
+    # With --json, stdout is for frames only; the client's own words go to stderr. Whatever is
+    # printed goes through CleanConsole: run text is the model's, and a terminal obeys escapes.
+    console = CleanConsole(stderr=args.json, highlight=False)
     renderer = Renderer(
         console,
         json_out=sys.stdout.buffer if args.json else None,
@@ -305,13 +337,10 @@ def _main(command: str, argv: list[str]) -> int:
         return asyncio.run(job(args, renderer))
     except DaemonError as exc:
         console.print(f"codelegate {command}: {exc}", style="red", markup=False)
-        return EXIT_RUN_FAILED
+        return EXIT_UNREACHABLE if exc.code == "daemon_gone" else EXIT_RUN_FAILED
     except aiohttp.ClientConnectionError as exc:
-        console.print(
-            f"codelegate {command}: cannot reach the daemon at {args.socket} ({exc})",
-            style="red",
-            markup=False,
-        )
+        cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+        console.print(f"codelegate {command}: {unreachable(cause, args.socket)}", style="red")
         return EXIT_UNREACHABLE
     except aiohttp.ClientError as exc:  # e.g. the WebSocket handshake was refused
         console.print(f"codelegate {command}: {exc}", style="red", markup=False)

@@ -1,38 +1,44 @@
-"""The thin ``claude_code`` tool a ConnectOnion agent registers: one call, one delegated run.
+"""The ``claude_code`` tool a ConnectOnion agent registers: one call, one delegated run.
 
-Standard library only, so an agent can vendor or import this file without pulling in the
-daemon's dependencies. It speaks HTTP/1.1 over the daemon's Unix socket and waits for the final
-result (``wait: true``). Closing the connection early is how it cancels: the daemon cancels a
-waiting run whose caller goes away. Everything the daemon refuses comes back as a dict, not an
-exception, so the calling model can read why and adapt.
+A drop-in for ConnectOnion's own tool: the same signature, ``claude_code(prompt, session_id="",
+cwd="", model="", timeout=600, agent=None) -> str``, and the same JSON envelope (``provider,
+session_id, resumed, status, result, error, exit_code, usage, total_cost_usd``) plus ours
+(``run_id, files_changed, permission_denials, changes, commands``). The permission mode is not
+the model's to choose: whoever registers the tool binds it, ``ClaudeCode(mode="accept_edits")``,
+and the daemon still refuses a mode its operator did not allow.
 
-Register it with ``Agent("coder", tools=[claude_code])``; ConnectOnion injects the ``agent``
-parameter (it leaves it out of the schema) and this tool passes the agent's current tool call id
-as ``parent``, so the daemon's frames nest under the delegated call in O Chat.
+Standard library only (with :mod:`daemon.tool_follow`), so an agent's venv needs nothing else.
+It starts the run over the daemon's Unix socket (``wait: true``: that connection is the run's
+lifeline, hanging it up cancels the run), follows the run's NDJSON frames and relays each one
+into the agent's IO, so O Chat and the Work Room show the cards while Claude Code works. A Stop
+(the agent's, or one aimed at this invocation) cancels the run by name; the result then is the
+daemon's ``cancelled`` one, with the session id to resume.
 """
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import http.client
 import json
 import os
 import select
 import socket
 import sys
+import time
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
+
+from daemon.tool_follow import CANCEL_WAIT_S, CONNECT_TIMEOUT_S, Relay, follow
 
 Mode = Literal["safe", "accept_edits", "plan", "auto"]
+MODES: Final = frozenset(get_args(Mode))
 
-DEFAULT_SOCKET: Final = "var/codelegate.sock"
 SOCKET_ENV: Final = "CODELEGATE_SOCKET"
 RUN_ID_HEADER: Final = "X-Codelegate-Run-Id"
-_CONNECT_TIMEOUT_S: Final = 10.0
-# How often a waiting call looks at the agent's Stop button; it costs one select() per tick.
+INVOCATION_PREFIX: Final = "claude_code:"
+# How often a waiting call looks at the agent's Stop; it costs one select() per tick.
 _POLL_S: Final = 0.25
-# After asking the daemon to cancel, how long to wait for its "cancelled" result (which carries
-# the session id, so the agent can resume) before giving up on it.
-_CANCEL_WAIT_S: Final = 15.0
 # Statuses the daemon answers with before a run starts: the request itself was refused.
 _REFUSED: Final = frozenset({400, 403, 404, 409, 413, 429})
 
@@ -40,7 +46,7 @@ _REFUSED: Final = frozenset({400, 403, 404, 409, 413, 429})
 class UnixHTTPConnection(http.client.HTTPConnection):
     """``http.client`` over a Unix stream socket; the Host header is only a placeholder."""
 
-    def __init__(self, socket_path: str, timeout: float = _CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, socket_path: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         super().__init__("codelegate", timeout=timeout)
         self.socket_path = socket_path
 
@@ -55,57 +61,112 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+def state_dir() -> str:
+    """Where development defaults (``make run``) keep the daemon's socket, store and config.
+
+    ``$XDG_STATE_HOME/codelegate``, else ``~/.local/state/codelegate``: the same folder from any
+    directory, and outside any workspace one would delegate into. The one owner of this rule:
+    ``codelegate serve``/``doctor``/``run``/``watch`` and this tool all ask here.
+    """
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local/state")
+    return os.path.join(os.path.abspath(base), "codelegate")
+
+
 def socket_path(explicit: str = "") -> str:
     """The daemon's socket: an explicit path, else ``$CODELEGATE_SOCKET``, else the dev default."""
-    return explicit or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+    return explicit or os.environ.get(SOCKET_ENV) or os.path.join(state_dir(), "codelegate.sock")
 
 
-def claude_code(
-    task: str,
-    cwd: str = ".",
+class ClaudeCode:
+    """The tool with an operator-bound permission mode: ``tools=[ClaudeCode(mode=…)]``."""
+
+    def __init__(self, mode: Mode = "safe", socket: str = "") -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use one of: {', '.join(sorted(MODES))}")
+        self._mode: Mode = mode
+        self._socket = socket
+
+    def claude_code(
+        self,
+        prompt: str,
+        session_id: str = "",
+        cwd: str = "",
+        model: str = "",
+        timeout: int = 600,
+        agent: Any = None,
+    ) -> str:
+        """Delegate a bounded coding task to Claude Code and return one JSON envelope:
+        status, result, session_id, changes (the diff of every file it changed), commands (each
+        command it ran, with its outcome), files_changed, permission_denials. Review changes and
+        commands in it: no other tool may run after this one in the same turn. To continue the
+        same Claude Code conversation, pass the session_id it returned.
+
+        Args:
+            prompt: What Claude Code should do, with everything it needs to know (files, goal,
+                constraints, how to check the work).
+            session_id: The session_id of an earlier result, to resume that conversation;
+                empty for a new one.
+            cwd: Directory to work in, inside a workspace root the daemon allows; empty for
+                this agent's working directory, relative paths from there.
+            model: A Claude model name the daemon allows; empty for its default.
+            timeout: Seconds before the run is stopped (its session stays resumable).
+        """
+        return json.dumps(
+            delegate(
+                prompt,
+                mode=self._mode,
+                session_id=session_id,
+                cwd=cwd,
+                model=model,
+                timeout=timeout,
+                agent=agent,
+                path=socket_path(self._socket),
+            ),
+            ensure_ascii=False,
+        )
+
+
+# The safe default, as ConnectOnion's own module-level tool is bound to its manual mode.
+claude_code = ClaudeCode().claude_code
+
+
+def delegate(
+    prompt: str,
+    *,
     mode: Mode = "safe",
     session_id: str = "",
+    cwd: str = "",
+    model: str = "",
+    timeout: float = 600,
     agent: Any = None,
+    path: str = "",
+    poll_s: float = _POLL_S,
 ) -> dict[str, Any]:
-    """Delegate a bounded coding task to Claude Code in a workspace directory and return its
-    final result (status, result text, session_id, files_changed, permission_denials). mode is
-    safe (no edits, no commands that change files), accept_edits (may edit files), plan (plans
-    only) or auto (only where the operator enabled it). To continue the same Claude Code
-    conversation, pass the session_id an earlier call returned. Review files_changed, the diff
-    and the tests before relying on the work.
-
-    (ConnectOnion sends only the first paragraph to the model, hence its length.)
-
-    Args:
-        task: What Claude Code should do, with everything it needs to know (files, goal,
-            constraints, how to check the work).
-        cwd: Directory to work in; it must lie inside a workspace root the operator allows.
-            Relative paths are taken from this agent's working directory.
-        mode: Permission mode: "safe" (edits and commands that change files are refused),
-            "accept_edits" (file edits allowed), "plan" (plan only, change nothing), or "auto"
-            (only where the operator enabled it).
-        session_id: The session_id of an earlier result, to resume that conversation; empty
-            for a new one.
-
-    Returns:
-        The final result: status ("completed", "failed", "cancelled", "timeout", or "refused"
-        when the daemon declined the request), result (Claude Code's final answer), error,
-        session_id, resumed, exit_code, files_changed, permission_denials, usage and
-        total_cost_usd.
-    """
+    """One delegated run, followed to its end; the envelope as a dict (see the module doc)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        return _error_result("refused", "bad_request", "timeout must be a positive number")
     body: dict[str, Any] = {
-        "task": task,
-        # The daemon runs elsewhere (its own cwd); "." means where this agent works.
+        "task": prompt,
+        # The daemon runs elsewhere (its own cwd): "" or relative means where this agent works.
         "cwd": os.path.abspath(cwd or "."),
-        "mode": mode or "safe",
+        "mode": mode,
         "wait": True,
     }
     if session_id:
         body["resume"] = session_id
+    if model:
+        body["model"] = model
     parent = _parent_of(agent)
     if parent:
         body["parent"] = parent
-    return call_run(body, socket_path(), cancelled=_cancellation_check(agent))
+    return call_run(
+        body,
+        path or socket_path(),
+        cancelled=_cancellation_check(agent),
+        relay=Relay(agent),
+        timeout_s=float(timeout),
+        poll_s=poll_s,
+    )
 
 
 def call_run(
@@ -113,45 +174,74 @@ def call_run(
     path: str,
     *,
     cancelled: Callable[[], bool] | None = None,
+    relay: Relay | None = None,
+    timeout_s: float | None = None,
     poll_s: float = _POLL_S,
 ) -> dict[str, Any]:
-    """POST ``body`` to ``/v1/runs`` and wait for the result, cancelling when asked or interrupted.
+    """POST ``body`` to ``/v1/runs``, follow the run's frames, and return its final result.
 
-    ``cancelled`` is polled while waiting; once it answers True the run is cancelled and the
-    daemon's ``cancelled`` result is returned. A KeyboardInterrupt cancels the run and propagates.
+    ``cancelled`` is polled while the run goes; once it answers True (or ``timeout_s`` passed)
+    the run is cancelled by name and the daemon's result for it is returned. A
+    KeyboardInterrupt cancels the run and propagates.
     """
     conn = UnixHTTPConnection(path)
     run_id = ""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    stop = _Stop(cancelled, deadline) if cancelled is not None or deadline is not None else None
     try:
         conn.request(
             "POST",
             "/v1/runs",
             body=json.dumps(body).encode(),
-            # close: the daemon then ends the connection after the body, so "readable" in
-            # _wait_readable always means progress (data or EOF), never a kept-alive idle socket.
+            # close: the daemon ends the connection after the body, so "readable" always means
+            # progress (data or EOF), never a kept-alive idle socket.
             headers={"Content-Type": "application/json", "Connection": "close"},
         )
         # Held here: with "Connection: close" http.client drops conn.sock once headers are in.
         sock = conn.sock
         if sock is None:
             raise http.client.NotConnected("no socket after sending the request")
-        stop = _wait_readable(sock, cancelled, poll_s)
-        if stop and not _readable_now(sock):
-            return _stopped(conn, sock, path, "", None)
-        # The answer has started (or a stop came just as it did): read the status and headers.
+        if _wait_readable(sock, stop, poll_s) and not _readable_now(sock):
+            # Stopped before the daemon even answered: hanging up is the cancel.
+            return _hung_up(conn, "", stop)
         response = conn.getresponse()
-        # A daemon that announces the run id up front lets a cancel name the run explicitly.
         run_id = response.getheader(RUN_ID_HEADER) or ""
-        if run_id and (stop or _wait_readable(sock, cancelled, poll_s)):
-            return _stopped(conn, sock, path, run_id, response)
-        return _decode_answer(response.status, response.read())
+        if not run_id:
+            return _envelope(_decode_answer(response.status, response.read()))
+        relay = relay or Relay(None)
+        relay.prompt(run_id, str(body.get("task", "")), body.get("parent"))
+        final = follow(path, run_id, relay, stop, poll_s, _post_cancel)
+        if final is None and _wait_readable(sock, stop, poll_s):
+            # No frames to follow (the stream failed): the POST's answer is the result.
+            _post_cancel(path, run_id)
+        # The same result is the body of the POST: read it, so the daemon's answer completes.
+        sock.settimeout(CANCEL_WAIT_S)
+        try:
+            answer = _decode_answer(response.status, response.read())
+        except (OSError, http.client.HTTPException):
+            answer = None
+        if answer is not None and answer.get("run_id") == run_id:
+            final = answer
+        if final is None:
+            return _hung_up(conn, run_id, stop)
+        result = _envelope(final)
+        if stop is not None and stop.timed_out and result["status"] == "cancelled":
+            result["status"] = "timeout"
+            result["error"] = f"Claude Code timed out after {timeout_s:g}s" + (
+                "; resume its session_id to go on" if result["session_id"] else ""
+            )
+        if relay is not None and relay.failures:
+            result["relay_failures"] = relay.failures
+        return result
     except KeyboardInterrupt:
         conn.close()  # the daemon cancels a waiting run whose caller goes away
         if run_id:
             _post_cancel(path, run_id)
         raise
     except (OSError, http.client.HTTPException) as exc:
-        return _error_result("failed", "daemon_unreachable", f"{type(exc).__name__}: {exc}", path)
+        error = _error_result("failed", "daemon_unreachable", unreachable(exc, path))
+        error["run_id"] = run_id or None
+        return error
     finally:
         conn.close()
 
@@ -173,21 +263,36 @@ def health(path: str = "", timeout: float = 5.0) -> bool:
         conn.close()
 
 
-def _wait_readable(
-    sock: socket.socket, cancelled: Callable[[], bool] | None, poll_s: float
-) -> bool:
+class _Stop:
+    """The caller's Stop and the call's timeout as one poll; remembers which came first."""
+
+    def __init__(self, cancelled: Callable[[], bool] | None, deadline: float | None) -> None:
+        self._cancelled = cancelled
+        self._deadline = deadline
+        self.timed_out = False
+        self.stopped = False
+
+    def __call__(self) -> bool:
+        if self.stopped:
+            return True
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self.timed_out = self.stopped = True
+        elif self._cancelled is not None and self._cancelled():
+            self.stopped = True
+        return self.stopped
+
+
+def _wait_readable(sock: socket.socket, stop: Callable[[], bool] | None, poll_s: float) -> bool:
     """Block until the daemon sends something; True if the caller asked to stop first."""
-    if cancelled is None:
-        # Nothing to poll for: block in the read itself (no timeout on a run's answer; the
-        # daemon's run timeout bounds it).
-        sock.settimeout(None)
+    if stop is None:
+        sock.settimeout(None)  # the daemon's run timeout bounds the wait
         return False
     while True:
         readable, _, _ = select.select([sock], [], [], poll_s)
         if readable:
             sock.settimeout(None)
             return False
-        if cancelled():
+        if stop():
             return True
 
 
@@ -196,26 +301,15 @@ def _readable_now(sock: socket.socket) -> bool:
     return bool(readable)
 
 
-def _stopped(
-    conn: UnixHTTPConnection,
-    sock: socket.socket,
-    path: str,
-    run_id: str,
-    response: http.client.HTTPResponse | None,
-) -> dict[str, Any]:
-    """The caller stopped: cancel the run, and return the daemon's final word if it comes soon."""
-    if response is not None and run_id and _post_cancel(path, run_id):
-        sock.settimeout(_CANCEL_WAIT_S)
-        try:
-            # The cancelled result still carries the session id, so the agent can resume.
-            return _decode_answer(response.status, response.read())
-        except (OSError, http.client.HTTPException):
-            pass
-    # Without a run id, hanging up is the cancel: the daemon drops a waiter's run.
-    if response is not None:
-        response.close()
+def _hung_up(conn: UnixHTTPConnection, run_id: str, stop: _Stop | None) -> dict[str, Any]:
+    """No final word from the daemon: hang up (which cancels a waiting run) and say so."""
     conn.close()
-    result = _error_result("cancelled", "cancelled", "the calling agent stopped the run", None)
+    timed_out = stop is not None and stop.timed_out
+    result = _error_result(
+        "timeout" if timed_out else "cancelled",
+        "timeout" if timed_out else "cancelled",
+        "the run was stopped before the daemon reported its result",
+    )
     result["run_id"] = run_id or None
     return result
 
@@ -232,7 +326,7 @@ def _post_cancel(path: str, run_id: str) -> bool:
 
 
 def _decode_answer(status: int, raw: bytes) -> dict[str, Any]:
-    """The daemon's answer as the tool's result dict; errors become ``refused``/``failed`` dicts."""
+    """The daemon's answer as a result dict; errors become ``refused``/``failed`` dicts."""
     try:
         data = json.loads(raw) if raw else {}
     except ValueError:
@@ -245,41 +339,74 @@ def _decode_answer(status: int, raw: bytes) -> dict[str, Any]:
         message = str(error.get("message", ""))
     else:
         code, message = "http_error", f"unexpected answer from the daemon (HTTP {status})"
-    result = _error_result("refused" if status in _REFUSED else "failed", code, message, None)
+    result = _error_result("refused" if status in _REFUSED else "failed", code, message)
     result["http_status"] = status
     return result
 
 
-def _error_result(status: str, code: str, message: str, path: str | None) -> dict[str, Any]:
+def unreachable(exc: BaseException, path: str) -> str:
+    """Why the daemon's socket could not be used, and what to do (the terminal client says it
+    the same way). Permission is not absence: a caller outside the socket's group must hear
+    that, not "is codelegate serving?"."""
+    if isinstance(exc, PermissionError):
+        group = ""
+        with contextlib.suppress(OSError, KeyError):  # its folder may be closed to us too
+            group = f" (group {grp.getgrgid(os.stat(path).st_gid).gr_name})"
+        return (
+            f"permission denied on {path}: uid {os.getuid()} may not use the daemon's socket; "
+            f"the operator adds this user to the socket's group{group} and to [server] "
+            "allowed_gids, restarts codelegate, and the user logs in again (README, Access)"
+        )
+    if isinstance(exc, FileNotFoundError | ConnectionRefusedError):
+        return (
+            f"no daemon on {path}: is codelegate serving? "
+            f"(make run, or set {SOCKET_ENV} to the socket it serves)"
+        )
+    return f"{type(exc).__name__}: {exc} (socket {path}; set {SOCKET_ENV} to choose another)"
+
+
+def _envelope(final: dict[str, Any]) -> dict[str, Any]:
+    """ConnectOnion's envelope types: strings where it has strings, ``{}`` for no usage."""
+    result = dict(final)
+    result["provider"] = "claude_code"
+    result["session_id"] = final.get("session_id") or ""
+    result["resumed"] = bool(final.get("resumed"))
+    result["result"] = final.get("result") or ""
+    result["error"] = final.get("error") or ""
+    result["usage"] = final.get("usage") or {}
+    for key, empty in (("exit_code", None), ("total_cost_usd", None), ("run_id", None)):
+        result.setdefault(key, empty)
+    for key in ("files_changed", "permission_denials", "commands"):
+        result.setdefault(key, [])
+    result.setdefault("changes", "")
+    return result
+
+
+def _error_result(status: str, code: str, message: str) -> dict[str, Any]:
     """A result dict of the usual shape for a run that never produced one."""
     text = f"{code}: {message}"
-    if path is not None and code == "daemon_unreachable":
-        text += f" (is codelegate serving on {path}? set {SOCKET_ENV})"
-    return {
-        "provider": "claude_code",
-        "run_id": None,
-        "status": status,
-        "session_id": None,
-        "resumed": False,
-        "result": "",
-        "error": text,
-        "error_code": code,
-        "exit_code": None,
-        "usage": None,
-        "total_cost_usd": None,
-        "permission_denials": [],
-        "files_changed": [],
-    }
+    return _envelope({"run_id": None, "status": status, "error": text, "error_code": code})
 
 
 def _parent_of(agent: Any) -> dict[str, str] | None:
-    """The calling agent's active tool call, as the daemon's ``parent`` object (or None)."""
+    """The agent's tool call this run works for, as the daemon's ``parent`` object (or None).
+
+    A Work Room follow-up continues the invocation it was typed into (ConnectOnion's Host
+    runs it as a fresh manual tool call, with ``_provider_continuation_of`` naming the
+    original): the run then goes under that invocation's parent, so the Work Room keeps one
+    timeline and its Stop reaches this run.
+    """
     session = getattr(agent, "current_session", None)
     if not isinstance(session, dict):
         return None
-    # ConnectOnion's tool executor sets this key on the session it hands to the tool for the
-    # duration of the call (core/tool_executor.py); it is the LLM's id for this tool call.
-    tool_call_id = session.get("_active_tool_call_id")
+    continued = session.get("_provider_continuation_of")
+    tool_call_id: object
+    if isinstance(continued, str) and continued.startswith(INVOCATION_PREFIX):
+        tool_call_id = continued.removeprefix(INVOCATION_PREFIX)
+    else:
+        # ConnectOnion's tool executor sets this key on the session it hands to the tool for
+        # the duration of the call (core/tool_executor.py); it is the LLM's id for this call.
+        tool_call_id = session.get("_active_tool_call_id")
     if not isinstance(tool_call_id, str) or not tool_call_id:
         return None
     parent = {"tool_call_id": tool_call_id}
@@ -290,14 +417,14 @@ def _parent_of(agent: Any) -> dict[str, str] | None:
 
 
 def _cancellation_check(agent: Any) -> Callable[[], bool] | None:
-    """A poll for the agent's Stop: its IO's global cancel or a cancel aimed at this invocation."""
+    """A poll for the agent's Stop: its IO's global cancel or a Stop aimed at this invocation."""
     io = getattr(agent, "io", None)
     is_cancelled = getattr(io, "is_cancelled", None)
     is_provider_cancelled = getattr(io, "is_provider_cancelled", None)
     if not callable(is_cancelled) and not callable(is_provider_cancelled):
         return None
     parent = _parent_of(agent)
-    invocation = f"claude_code:{parent['tool_call_id']}" if parent else ""
+    invocation = f"{INVOCATION_PREFIX}{parent['tool_call_id']}" if parent else ""
 
     def cancelled() -> bool:
         if callable(is_cancelled) and is_cancelled():

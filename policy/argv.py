@@ -1,7 +1,8 @@
 """The CLI's argv, as a tuple: never a shell string, never the prompt, never a bypass.
 
 The fixed part pins headless, fail-closed behaviour: ``--safe-mode`` (no CLAUDE.md, hooks,
-plugins, MCP servers) and ``--permission-prompts none`` (whatever would prompt is denied).
+plugins, MCP servers), ``--setting-sources ""`` (no settings file of HOME or the workspace) and
+``--permission-prompts none`` (whatever would prompt is denied).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from policy.config import MODEL_NAME
 from policy.errors import BYPASS_REFUSED, MODEL_NOT_ALLOWED, PolicyError
 from policy.modes import DANGEROUS_FLAGS, SAFE_CLI_MODES, Mode, names_bypass
 from policy.session import parse_session_id
+from policy.settings import refused_settings, settings_json
 
 if TYPE_CHECKING:
     from policy.config import Config
@@ -27,6 +29,13 @@ FIXED_FLAGS: Final = (
     # A subagent's text comes too (with parent_tool_use_id): shown under its Task card.
     "--forward-subagent-text",
     "--safe-mode",
+    # --safe-mode still loads the user, project and local settings files: a cloned repository's
+    # .claude/settings*.json (or whatever shares HOME) could add allow rules, set env for tool
+    # processes and run an apiKeyHelper at start-up. An empty list loads none of them (measured on
+    # 2.1.332, tests/security/test_settings_isolation.py); --restricted would too, but it also
+    # removes Bash, which changes what every mode can do.
+    "--setting-sources",
+    "",
     "--permission-prompts",
     "none",
 )
@@ -42,7 +51,15 @@ def build_argv(
     max_budget_usd: float | None = None,
 ) -> tuple[str, ...]:
     """argv for one run; the operator's allow/deny rules go last, callers cannot add any."""
-    argv = [config.claude.path, *FIXED_FLAGS, "--permission-mode", mode.cli]
+    argv = [config.claude.path, *FIXED_FLAGS]
+    if config.claude.settings:
+        # Checked again here, not only at config load, in case a Config was built by hand.
+        if refused_settings(config.claude.settings):
+            raise PolicyError(
+                403, BYPASS_REFUSED, "refusing [claude.settings] policy does not accept"
+            )
+        argv += ["--settings", settings_json(config.claude.settings)]
+    argv += ["--permission-mode", mode.cli]
     argv += ["--resume" if resumed else "--session-id", parse_session_id(session_id)]
     if model is not None:
         # A value starting with "-" could be read as another option.
@@ -62,11 +79,15 @@ def build_argv(
 
 
 def _refuse_bypass(argv: list[str]) -> None:
-    """Defence in depth: whatever built the pieces, a bypass never reaches the CLI."""
+    """Defence in depth: whatever built the pieces, a bypass never reaches the CLI, and no
+    settings file of HOME or the workspace is loaded."""
     modes = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--permission-mode"]
+    sources = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--setting-sources"]
     if (
         len(modes) != 1
         or modes[0] not in SAFE_CLI_MODES
+        or sources != [""]
         or any(arg in DANGEROUS_FLAGS or names_bypass(arg) for arg in argv)
+        or any(arg.startswith("--setting-sources=") for arg in argv)
     ):
         raise PolicyError(403, BYPASS_REFUSED, "refusing a launch that would bypass permissions")

@@ -7,10 +7,21 @@ Pure like the rest of policy: the filesystem comes in as callables, so the daemo
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import msgspec
 
 from policy.config import Config
+
+# Shorter bearer tokens are guessable; `serve` refuses them and `doctor` says so first.
+MIN_TOKEN_BYTES: Final = 16
+
+
+def token_problem(token: bytes) -> str | None:
+    """Why the TCP bearer token (its file's bytes, whitespace around dropped) is refused."""
+    if len(token.strip()) < MIN_TOKEN_BYTES:
+        return f"server.token_file must hold a token of at least {MIN_TOKEN_BYTES} bytes"
+    return None
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,6 +62,19 @@ def check_environment(
                 message=f"{config.claude.path} is not an executable Claude Code CLI",
             )
         )
+    sandbox = config.claude.settings.get("sandbox")
+    if isinstance(sandbox, dict) and sandbox.get("enabled") is True:
+        missing = [name for name in ("bwrap", "socat") if not is_executable(name)]
+        if missing:
+            # Measured on 2.1.332: without them the CLI runs every command unsandboxed, or,
+            # with failIfUnavailable, fails every run.
+            problems.append(
+                Problem(
+                    key="claude.settings.sandbox",
+                    message=f"the CLI's sandbox needs {' and '.join(missing)} on PATH "
+                    "(apt install bubblewrap socat)",
+                )
+            )
     token_file = config.server.token_file
     if isfile is not None and token_file is not None and not isfile(token_file):
         problems.append(

@@ -10,14 +10,16 @@ from __future__ import annotations
 import posixpath
 import re
 import tomllib
-from collections.abc import Iterator
-from typing import Annotated, Final
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, Final
 
 import msgspec
 
 from policy.environment import refused_pass_env
 from policy.errors import ConfigError
 from policy.modes import REQUEST_MODES, RequestMode, names_bypass
+from policy.settings import refused_settings
 
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
@@ -38,6 +40,17 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     tcp: str | None = None
     token_file: str | None = None
     allowed_origins: tuple[str, ...] = ()
+    # How long a connection may stay open without sending a whole request head: a new one
+    # before its first request, a kept-alive one between requests. Streams being answered
+    # (WebSocket, NDJSON, a waiting POST) are not idle. Above the 15 s after which aiohttp's
+    # client (and most others) drop a pooled connection: none reuses one the daemon is closing.
+    idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
+    # Open connections per listener: past its cap, a new connection gets a 503 and is closed,
+    # so that a flood on one listener cannot take every descriptor. TCP clients may be anyone
+    # who can reach the port; Unix peers are local users the socket's mode let in (and many
+    # WebSocket subscribers), hence a higher cap.
+    tcp_max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
+    unix_max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1024
 
 
 class ClaudeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -49,6 +62,10 @@ class ClaudeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     pass_env: tuple[str, ...] = ()
     enable_bedrock: bool = False
     enable_vertex: bool = False
+    # The only Claude Code settings a run gets (with the machine's managed settings): runs load
+    # no settings file of HOME or the workspace. Passed as JSON with --settings; policy.settings
+    # says which keys are refused.
+    settings: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -78,6 +95,9 @@ class LimitsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     replay_frames: Annotated[int, msgspec.Meta(ge=100, le=10_000_000)] = 50_000
     subscriber_queue: Annotated[int, msgspec.Meta(ge=16, le=1_000_000)] = 1024
     stderr_lines: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+    # What the run store keeps of one run; later frames are delivered live, not stored.
+    max_stored_frames: Annotated[int, msgspec.Meta(ge=1000, le=100_000_000)] = 200_000
+    max_stored_bytes: Annotated[int, msgspec.Meta(ge=1 * MiB, le=64 * 1024 * MiB)] = 128 * MiB
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -88,6 +108,22 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_runs: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
 
 
+class FanoutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[fanout]``: every frame published to Redis Streams as well (DESIGN "Beyond one host").
+
+    The store stays the source of truth; Redis is the fleet's fan-out. Absent: nothing is
+    published.
+    """
+
+    redis_url: str
+    stream_prefix: str = "codelegate"
+    # None: the machine's host name (the daemon asks; policy does no I/O), see fanout_host_id.
+    host_id: str | None = None
+    # The fleet index keeps about this many runs (a start and an end entry each); at start-up
+    # the daemon catches up this many of its newest runs whose stream is behind its store.
+    maxlen_runs: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The whole operator config. Relative socket/store paths are relative to the daemon's cwd."""
 
@@ -96,6 +132,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    fanout: FanoutConfig | None = None
 
 
 SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
@@ -104,6 +141,7 @@ SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
     "policy": PolicyConfig,
     "limits": LimitsConfig,
     "store": StoreConfig,
+    "fanout": FanoutConfig,
 }
 
 # A Claude Code permission rule such as ``Read``, ``Bash(git diff:*)`` or ``mcp__x__y``. It may not
@@ -114,6 +152,10 @@ _SOCKET_MODE: Final = re.compile(r"0?[0-7]{3}", re.ASCII)
 _ORIGIN: Final = re.compile(
     r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
 )
+# Redis keys are built from these: no spaces, no glob or hash-tag characters.
+_STREAM_PREFIX: Final = re.compile(r"[A-Za-z0-9._:-]{1,64}", re.ASCII)
+_HOST_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
+_REDIS_SCHEMES: Final = ("redis", "rediss", "unix")
 _MSGSPEC_AT: Final = re.compile(r"(?s)(.*) - at `\$(.*)`")
 _UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `(.*)`")
 _ENUM: Final = re.compile(r"Invalid enum value (.*)")
@@ -221,6 +263,10 @@ def _validate(config: Config, source: str) -> Config:
         reason = refused_pass_env(name)
         if reason:
             raise fail(f"claude.pass_env[{index}]", reason)
+    refused = refused_settings(claude.settings)
+    if refused:
+        key, reason = refused
+        raise fail("claude.settings" + (f".{key}" if key else ""), reason)
     for key, value in (("server.socket", server.socket), ("store.path", config.store.path)):
         if not value:
             raise fail(key, "expected a path")
@@ -249,9 +295,62 @@ def _validate(config: Config, source: str) -> Config:
                 f"server.allowed_origins[{index}]",
                 f"expected an origin such as 'https://chat.example.com'; got {origin!r}",
             )
+    if config.fanout is not None:
+        _validate_fanout(config.fanout, fail)
     return msgspec.structs.replace(
         config, policy=msgspec.structs.replace(policy, workspaces=tuple(roots))
     )
+
+
+def _validate_fanout(fanout: FanoutConfig, fail: Callable[[str, str], ConfigError]) -> None:
+    problem = redis_url_problem(fanout.redis_url)
+    if problem:
+        raise fail("fanout.redis_url", problem)
+    if not _STREAM_PREFIX.fullmatch(fanout.stream_prefix):
+        raise fail(
+            "fanout.stream_prefix",
+            f"expected 1-64 letters, digits or ._:- such as 'codelegate'; "
+            f"got {fanout.stream_prefix!r}",
+        )
+    if fanout.host_id is not None and not _HOST_ID.fullmatch(fanout.host_id):
+        raise fail(
+            "fanout.host_id",
+            f"expected a host name (letters, digits, ._-); got {fanout.host_id!r}",
+        )
+
+
+def redis_url_problem(url: str) -> str:
+    """What is wrong with a Redis URL (``""`` when nothing): redis://, rediss:// or unix://."""
+    shown = redacted_url(url)
+    expected = "expected a URL such as 'redis://127.0.0.1:6379/0'"
+    if any(c.isspace() for c in url):
+        return f"{expected}; got {shown!r}"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in _REDIS_SCHEMES:
+        return f"{expected} (redis://, rediss:// or unix://); got {shown!r}"
+    if parts.scheme == "unix":
+        ok = parts.path.startswith("/")
+        return "" if ok else f"expected unix:///absolute/path; got {shown!r}"
+    try:
+        parts.port  # noqa: B018 - parsing it is the check
+    except ValueError:
+        return f"{expected}; got a bad port in {shown!r}"
+    return "" if parts.hostname else f"{expected}; got no host in {shown!r}"
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: for logs, doctor and errors."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def fanout_host_id(fanout: FanoutConfig, hostname: str) -> str:
+    """The host id this daemon publishes under: the configured one, else the host name."""
+    return fanout.host_id if fanout.host_id is not None else hostname
 
 
 def socket_mode_bits(server: ServerConfig) -> int:
@@ -269,12 +368,24 @@ def parse_tcp(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def development_config(cwd: str, claude_path: str) -> Config:
-    """Defaults for ``codelegate serve`` without a config: state under ``cwd/var``, cwd the root."""
+def development_config(cwd: str, claude_path: str, state_dir: str | None = None) -> Config:
+    """Defaults for ``codelegate serve`` without a config: cwd the root, state in ``state_dir``.
+
+    Without ``state_dir`` the state goes under ``cwd/var`` (what test fixtures use). A given
+    ``state_dir`` must lie outside the root: a run may read and write anything in its workspace,
+    and the store holds every run's frames.
+    """
     if not cwd.startswith("/"):
         raise ValueError("development_config needs an absolute cwd")
     root = "/" + posixpath.normpath(cwd).lstrip("/")
-    var = posixpath.join(root, "var")
+    var = posixpath.join(root, "var") if state_dir is None else posixpath.normpath(state_dir)
+    if state_dir is not None and (var + "/").startswith(root.rstrip("/") + "/"):
+        raise ConfigError(
+            "development defaults",
+            "policy.workspaces",
+            f"the workspace {root} holds the daemon's state ({var}); "
+            "work in a folder below it, or move the state with XDG_STATE_HOME",
+        )
     config = Config(
         server=ServerConfig(socket=posixpath.join(var, "codelegate.sock")),
         claude=ClaudeConfig(path=claude_path),

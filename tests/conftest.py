@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from daemon.pinned import CLAUDE_CODE_VERSION
+
 ROOT = Path(__file__).resolve().parent.parent
 # The reference transcripts of the design (shared/reference/claude-code-2.1.332), kept in the
 # repository so that the tests do not depend on what lies beside the checkout.
 REFERENCE = ROOT / "tests" / "translator" / "golden" / "reference"
-PINNED_CLAUDE_VERSION = "2.1.332"
+PINNED_CLAUDE_VERSION = CLAUDE_CODE_VERSION
 
 
 def pinned_claude() -> str | None:
@@ -31,3 +33,12 @@ def claude_bin() -> str:
             pytest.fail("the pinned Claude Code CLI is missing; run `make test`")
         pytest.skip("the pinned Claude Code CLI is not installed (run `make test`)")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Development defaults live in $XDG_STATE_HOME/codelegate (daemon.tool.state_dir): no test
+    # may read the config `make run` wrote for the user, nor write beside it.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

@@ -40,6 +40,7 @@ from translator.redact import (
     clean_value,
     redact_text,
 )
+from translator.review import Review
 from translator.summary import (
     FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
@@ -146,6 +147,7 @@ class CardRules:
     _held_count: int
     _denials: dict[str, PermissionDenial]
     _files: dict[str, None]
+    review: Review
     _invocation: str | None
     _parent: str | None
     _sequence: int
@@ -258,6 +260,7 @@ class CardRules:
                 ),
             )
         )
+        self.review.observe(self._out[-1])
 
     def _tool_result(self, block: wire.ResultBlock, extra: msgspec.Raw, parent: str | None) -> None:
         use_id = block.tool_use_id or ""
@@ -418,6 +421,7 @@ class CardRules:
                 parent_tool_id=card.parent_tool_id,
             )
         )
+        self.review.observe(self._out[-1])
 
     def _progress(
         self, card: Card, elapsed_ms: int, summary: str | None = None, **counters: object

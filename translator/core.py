@@ -31,6 +31,7 @@ from translator.frames import (
 )
 from translator.lines import LineSplitter
 from translator.outcome import Limits, Outcome, RunContext, final_result, invocation_end
+from translator.review import Review
 
 __all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
 
@@ -81,6 +82,7 @@ class Translator(CardRules):
         self._last_result: wire.Result | None = None
         self._denials: dict[str, PermissionDenial] = {}
         self._files: dict[str, None] = {}
+        self.review = Review(ctx.cwd)
         self.tools_started = self.tools_completed = self.tools_failed = 0
         self._revision = ctx.revision_base  # the Work Room's, continued across its runs
         self._sequence = ctx.sequence_base  # the last Work Room row number used
@@ -137,6 +139,18 @@ class Translator(CardRules):
             self._diag["stderr"] = count
             if count.bit_length() > self._diag_sent.get("stderr", 0).bit_length():
                 self._diagnostic("stderr", count)
+        return self._take()
+
+    def frames_not_stored(self, count: int, now: float) -> list[Frame]:
+        """A ``frames_not_stored`` diagnostic when the run store stops keeping this run's frames
+        (its cap): sent at the first one, and the total at the end (``close``)."""
+        if self._closed:
+            return []
+        self._now = now
+        first = "frames_not_stored" not in self._diag
+        self._diag["frames_not_stored"] = count
+        if first:
+            self._diagnostic("frames_not_stored", count)
         return self._take()
 
     def close(self, outcome: Outcome, now: float) -> list[Frame]:

@@ -21,7 +21,7 @@ OChatPermissionMode = Literal["manual", "auto_approve"]
 ActivityKind = Literal["command", "file_change", "inspect", "search", "tool"]
 ActivityStatus = Literal["running", "completed", "failed"]
 DiagnosticCode = Literal[
-    "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line"
+    "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line", "frames_not_stored"
 ]
 RunStatus = Literal["completed", "failed", "cancelled", "timeout", "interrupted"]
 
@@ -145,6 +145,14 @@ class PermissionDenial(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     input: Any = None
 
 
+class Command(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A Bash command the run ran and how it ended (review evidence, ``translator.review``)."""
+
+    command: str
+    outcome: Literal["completed", "failed", "denied"]
+    error: str | None = None
+
+
 class ToolCounts(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     started: int = 0
     completed: int = 0
@@ -169,8 +177,14 @@ class FinalResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     permission_denials: list[PermissionDenial] = msgspec.field(default_factory=list)
     tools: ToolCounts = msgspec.field(default_factory=ToolCounts)
     files_changed: list[str] = msgspec.field(default_factory=list)
+    # Review evidence (translator.review): the diffs of the changed files, the Bash commands.
+    changes: str = ""
+    commands: list[Command] = msgspec.field(default_factory=list)
+    commands_omitted: int = 0
     # The end of the CLI's stderr (redacted, bounded), when the run did not complete.
     stderr: str | None = None
+    # Frames the run store did not keep ([limits] cap; they went out live). Left out when none.
+    frames_not_stored: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunResult(_Frame, tag="run_result", frozen=True, kw_only=True):

@@ -54,6 +54,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     signal: int | None = None
     stderr_tail: str = ""  # already redacted and bounded by the daemon
+    frames_not_stored: int = 0  # frames past the run store's cap (delivered live only)
 
 
 _STOPPED: Final[dict[str, RunStatus]] = {
@@ -146,6 +147,7 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
     """The run's one result: last ``result`` line, outcome, cards (PLAN "Final status rules")."""
     limits = t.limits
     last = t.last_result
+    changes, commands, commands_omitted = t.review.evidence(limits.final_result_bytes)
     if outcome.reason in _STOPPED:
         status: RunStatus = _STOPPED[outcome.reason]
         error: str | None = _STOP_ERRORS[outcome.reason]
@@ -171,7 +173,11 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
             started=t.tools_started, completed=t.tools_completed, failed=t.tools_failed
         ),
         files_changed=t.files_changed[:200],
+        changes=changes,
+        commands=commands,
+        commands_omitted=commands_omitted,
         stderr=_stderr(outcome, limits.stderr_chars) if status != "completed" else None,
+        frames_not_stored=outcome.frames_not_stored or msgspec.UNSET,
     )
     return _fit(result, limits.final_result_bytes)
 

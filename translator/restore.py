@@ -30,6 +30,7 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
     streaming: dict[str, ProviderMessage] = {}  # messages whose last frame is still partial
     for frame in frames:
         t.seq = max(t.seq, frame.seq)
+        t.review.observe(frame)
         if frame.child_session_id:
             t.session_id = frame.child_session_id
         if isinstance(frame, ToolCall):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import structlog
 
 from daemon import logs
 from daemon.cli import doctor, load_config, main, translate_stream
+from daemon.pinned import CLAUDE_CODE_VERSION
+from daemon.tool import socket_path, state_dir
 from tests.conftest import REFERENCE
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
 from translator import RunContext, translate_transcript
@@ -87,7 +91,42 @@ def test_load_config_defaults_use_the_env_cli(
     monkeypatch.chdir(tmp_path)
     config = load_config(None, {"CODELEGATE_CLAUDE": "/opt/claude"})
     assert config.claude.path == "/opt/claude"
-    assert config.server.socket == str(tmp_path / "var" / "codelegate.sock")
+    assert config.policy.workspaces == (str(tmp_path),)
+    assert config.server.socket == os.path.join(state_dir(), "codelegate.sock")
+    assert not config.server.socket.startswith(str(tmp_path))
+
+
+def test_make_runs_dev_config_is_what_doctor_and_the_clients_find_from_anywhere(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    assert main(["dev-config", "--workspace", str(project), "--claude", FAKE_CLAUDE]) == 0
+    written = capsys.readouterr().out.strip()
+    assert written == os.path.join(state_dir(), "config.toml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("CODELEGATE_SOCKET", raising=False)
+    config = load_config(None, {"PATH": ""})  # no CLI on PATH, nothing in the environment
+    assert config.policy.workspaces == (str(project),)
+    assert config.claude.path == FAKE_CLAUDE
+    assert config.server.socket == socket_path()  # what run, watch and the agent tool dial
+    assert doctor(None, {"PATH": ""}) == 0
+    out = capsys.readouterr().out
+    assert f"config: {written}" in out
+    assert "PROBLEM" not in out
+
+
+def test_dev_config_refuses_a_workspace_that_holds_the_daemons_state(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / ".local" / "state"))
+    assert main(["dev-config", "--workspace", str(tmp_path), "--claude", FAKE_CLAUDE]) == 2
+    assert "holds the daemon's state" in capsys.readouterr().err
+    assert main(["dev-config", "--workspace", str(tmp_path / "nope")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(state_dir(), "config.toml"))
 
 
 @pytest.fixture
@@ -128,3 +167,48 @@ def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:
     assert event["level"] == "info"
     assert PLANTED_SECRET not in lines[0]
     assert "abc.def.ghi" not in lines[0]
+
+
+def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
+    token_file = tmp_path / "token"
+    token_file.write_bytes(token)
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[server]\ntcp = "127.0.0.1:8765"\ntoken_file = "{token_file}"\n'
+        f'[claude]\npath = "{claude}"\n[policy]\nworkspaces = ["{tmp_path}"]\n'
+    )
+    return config
+
+
+def test_doctor_refuses_the_token_serve_refuses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from daemon.server import ServerError, read_token
+
+    short = secrets.token_hex(3)[:5].encode()  # 5 bytes, as in the issue
+    config = _tcp_config(tmp_path, short + b"\n", FAKE_CLAUDE)
+    assert doctor(str(config), {}) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM server.token_file must hold a token of at least 16 bytes" in out
+    with pytest.raises(ServerError, match="at least 16 bytes"):
+        read_token(str(tmp_path / "token"))
+    config = _tcp_config(tmp_path, secrets.token_hex(8).encode(), FAKE_CLAUDE)
+    assert doctor(str(config), {}) == 0
+    assert read_token(str(tmp_path / "token"))
+
+
+def test_doctor_says_whether_the_cli_is_the_pinned_version(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = _tcp_config(tmp_path, secrets.token_hex(8).encode(), FAKE_CLAUDE)
+    assert doctor(str(config), {}) == 0
+    assert f"claude version: {CLAUDE_CODE_VERSION} (Claude Code) (the pinned version)" in (
+        capsys.readouterr().out
+    )
+    other = tmp_path / "claude"
+    other.write_text("#!/bin/sh\necho '9.0.1 (Claude Code)'\n")
+    other.chmod(0o755)
+    config = _tcp_config(tmp_path, secrets.token_hex(8).encode(), str(other))
+    assert doctor(str(config), {}) == 0  # a warning, not a problem: the operator may test it
+    out = capsys.readouterr().out
+    assert f"9.0.1 (Claude Code) -- WARNING: not the pinned {CLAUDE_CODE_VERSION}" in out

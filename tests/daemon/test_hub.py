@@ -355,3 +355,90 @@ async def test_a_new_subscriber_gets_gathered_frames_once_from_its_snapshot(
     run.emit()
     hub.hand_out()
     assert [d.seq for d in frames(late.take())] == [1, 2, 3]
+
+
+async def test_a_repeated_subscribe_replaces_what_is_still_queued_for_the_run() -> None:
+    hub = Hub()
+    run = FakeRun(hub)
+    for _ in range(300):
+        run.emit()
+    await asyncio.sleep(0)
+    sub = Subscriber(max_queue=1024)
+    for _ in range(50):  # a client that never reads, repeating subscribe
+        hub.unsubscribe(sub, run.run_id)
+        run.subscribe(sub, 0)
+    run.emit()  # and a live frame after the last subscribe
+    await asyncio.sleep(0)
+    assert [d.seq for d in frames(sub.take())] == list(range(1, 302))
+
+
+async def test_writers_take_a_replay_a_page_at_a_time() -> None:
+    hub = Hub()
+    run = FakeRun(hub)
+    for _ in range(1000):
+        run.emit()
+    await asyncio.sleep(0)
+    sub = Subscriber(max_queue=1024)
+    run.subscribe(sub, 0)
+    pages = []
+    while not sub.idle:
+        pages.append([d.seq for d in frames(await sub.get(sub.page))])
+    assert [len(p) for p in pages] == [hub_module.REPLAY_PAGE] * 3 + [
+        1000 - 3 * hub_module.REPLAY_PAGE
+    ]
+    assert [s for p in pages for s in p] == list(range(1, 1001))
+    assert sub._replayed == 0  # live batches go the fast way again
+
+
+async def test_a_stored_replay_is_read_a_page_at_a_time_as_the_writer_asks() -> None:
+    stored = [Delivery("r1", s, b"%d" % s) for s in range(1, 1001)]
+    fetches: list[tuple[int, int]] = []
+
+    gate = asyncio.Event()
+    gate.set()
+
+    async def fetch(after: int, limit: int) -> list[Delivery]:
+        fetches.append((after, limit))
+        await gate.wait()  # a store read takes a while
+        return [d for d in stored if d.seq > after][:limit]
+
+    hub = Hub()
+    sub = Subscriber(max_queue=100)  # the page follows the live bound
+    live = [Delivery("r1", s, b"%d" % s) for s in (701, 702)]
+    hub.subscribe(sub, "r1", live, 0, stored=hub_module.Replay("r1", fetch, 0, upto=700))
+    assert fetches == []  # nothing is read before a writer asks
+    first = await sub.get(sub.page)
+    assert [d.seq for d in frames(first)] == list(range(1, 101))
+    assert fetches == [(0, 100)]
+    seqs = [d.seq for d in frames(first)]
+    while not sub.idle:
+        seqs.extend(d.seq for d in frames(await sub.get(sub.page)))
+    assert seqs == list(range(1, 703))
+    assert len(fetches) == 7
+    assert sub.replay_pages == 7
+    # A newer subscribe while a page is being read: the old replay's page is dropped.
+    sub2 = Subscriber(max_queue=100)
+    hub.subscribe(sub2, "r1", [], 0, stored=hub_module.Replay("r1", fetch, 0))
+    gate.clear()
+    reading = asyncio.ensure_future(sub2.get(sub2.page))
+    await asyncio.sleep(0)
+    assert fetches[-1] == (0, 100)  # being read
+    hub.unsubscribe(sub2, "r1")
+    hub.subscribe(sub2, "r1", [], 990, stored=hub_module.Replay("r1", fetch, 990))
+    gate.set()
+    assert await reading == []
+    assert [d.seq for d in frames(await sub2.get(sub2.page))] == list(range(991, 1001))
+    assert sub2.idle
+    assert (sub._replayed, sub2._replayed) == (0, 0)
+
+
+async def test_a_client_sending_messages_without_reading_the_answers_is_closed_as_lagging() -> None:
+    sub = Subscriber(max_queue=16)
+    for _ in range(16):
+        sub.control(b'{"type":"subscribed"}')
+    assert not sub.closed
+    assert len(sub.take()) == 16  # read: room again
+    for _ in range(17):
+        sub.control(b'{"type":"subscribed"}')
+    assert sub.closed
+    assert sub.close_code == CLOSE_LAGGING

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -317,11 +318,28 @@ async def test_lagging_websocket_is_closed_and_resumes_with_after(
 
     config = make_config(short_dir, workspace, limits={"subscriber_queue": 256})
     d = await start_daemon(config, tmp_path)
+    # The run is paced by the fast client, not by the clock: the fake CLI writes each batch of
+    # 50 lines (about 50 frames) only after the fast client has read the one before, so the fast
+    # queue never holds more than a batch, on any machine. The slow client reads nothing until
+    # the run is over, so its queue overflows by the frames' count, not by anyone's speed.
+    gate_path = short_dir / "gate"
+    os.mkfifo(gate_path)
+    gate = os.open(gate_path, os.O_RDWR | os.O_NONBLOCK)  # RDWR: open without waiting
+    lines, batch = 6000, 50
     try:
         async with d.ws("?run=*") as slow, d.ws("?run=*") as fast:
-            resp = await d.post_run("fake: tools n=6000 rate=3000")
+            resp = await d.post_run(f"fake: tools n={lines} gate={gate_path} batch={batch}")
             run_id = (await resp.json())["run_id"]
-            everything = await frames_until_result(fast)  # never slowed by the other one
+            everything: list[dict[str, Any]] = []
+            results = 0  # one tool_result frame per odd line
+            for sent in range(batch, lines + batch, batch):
+                os.write(gate, b"+")
+                while results < min(sent, lines) // 2:
+                    frame = await next_frame(fast)
+                    if "seq" in frame:
+                        everything.append(frame)
+                        results += frame["type"] == "tool_result"
+            everything += await frames_until_result(fast)
             assert [f["seq"] for f in everything] == list(range(1, len(everything) + 1))
             got: list[dict[str, Any]] = []
             while True:
@@ -342,6 +360,7 @@ async def test_lagging_websocket_is_closed_and_resumes_with_after(
         async with d.http.get(f"{BASE}/metrics") as metrics:
             assert "codelegate_subscribers_dropped_total 1" in await metrics.text()
     finally:
+        os.close(gate)
         await stop_daemon(d)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -88,11 +89,16 @@ class FakeAgent:
         self.current_session = {"_active_tool_call_id": tool_call_id, "session_id": "agent-1"}
 
 
-async def call_tool(e2e: E2E, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> dict[str, Any]:
+async def call_tool(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch, mode: thin_tool.Mode = "safe", **kw: Any
+) -> dict[str, Any]:
     assert e2e.handle is not None
     assert e2e.handle.socket_path is not None
     monkeypatch.setenv(thin_tool.SOCKET_ENV, e2e.handle.socket_path)
-    return await asyncio.to_thread(thin_tool.claude_code, cwd=str(e2e.workspace), **kw)
+    tool_ = thin_tool.ClaudeCode(mode=mode).claude_code
+    raw = await asyncio.to_thread(tool_, cwd=str(e2e.workspace), **kw)
+    result: dict[str, Any] = json.loads(raw)
+    return result
 
 
 async def test_tool_call_nests_frames_under_the_parent_and_resumes(
@@ -109,7 +115,7 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
     result = await call_tool(
         e2e,
         monkeypatch,
-        task="Make hello.py say hello there.",
+        prompt="Make hello.py say hello there.",
         mode="accept_edits",
         agent=FakeAgent("call_01"),
     )
@@ -156,7 +162,7 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
     again = await call_tool(
         e2e,
         monkeypatch,
-        task="What does it say?",
+        prompt="What does it say?",
         session_id=result["session_id"],
         agent=FakeAgent("call_01"),
     )
@@ -183,7 +189,7 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
 async def test_tool_reports_a_refusal_as_a_result(
     e2e: E2E, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = await call_tool(e2e, monkeypatch, task="Go.", session_id="no-such-id")
+    result = await call_tool(e2e, monkeypatch, prompt="Go.", session_id="no-such-id")
     assert result["status"] == "refused"
     assert e2e.stub.requests == []
 
@@ -207,3 +213,13 @@ async def test_agent_stop_returns_the_daemons_cancelled_result(
     assert result["status"] == "cancelled"
     assert result["session_id"]
     assert marked_processes(result["run_id"]) == []
+
+
+async def test_a_bound_mode_the_operator_did_not_allow_is_refused(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The development config leaves "auto" out of [policy] allowed_modes.
+    result = await call_tool(e2e, monkeypatch, mode="auto", prompt="Go.")
+    assert result["status"] == "refused"
+    assert result["error_code"] == "mode_not_allowed"
+    assert e2e.stub.requests == []

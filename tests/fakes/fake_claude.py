@@ -26,6 +26,8 @@ Scenarios (keys in brackets):
   tools             [n=1000] tool lines (tool_use/tool_result alternating) as fast as possible
                     [rate=0: lines per second, 0 = unthrottled]; each tool_use input carries
                     ``sent_at`` (epoch seconds) for latency measurement; then a result
+                    [gate=PATH: a FIFO; each [batch=50] lines wait for one byte from it, so a
+                    test paces the run by its reader's progress instead of the clock]
 """
 
 from __future__ import annotations
@@ -299,8 +301,12 @@ def main(args: list[str]) -> int:
         s.result()
     elif name == "tools":
         n, rate = int(params.get("n", "1000")), float(params.get("rate", "0"))
+        batch = int(params.get("batch", "50"))
+        gate = open(params["gate"], "rb", buffering=0) if "gate" in params else None  # noqa: SIM115
         start = time.monotonic()
         for i in range(n):
+            if gate is not None and i % batch == 0 and not gate.read(1):
+                return 1  # the test closed the gate: it is gone
             if rate > 0:
                 delay = start + i / rate - time.monotonic()
                 if delay > 0:

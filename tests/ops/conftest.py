@@ -35,6 +35,8 @@ class FakeDaemon:
     healthy: bool = True
     ws_frames: list[Any] = field(default_factory=list)
     ws_query: dict[str, str] = field(default_factory=dict)
+    # GET /v1/runs/{id}: the runs this stand-in knows (others are run_not_found).
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @pytest.fixture
@@ -80,6 +82,13 @@ async def fake_daemon(short_dir: Path) -> AsyncIterator[FakeDaemon]:
         await ws.close(code=WSCloseCode.GOING_AWAY)
         return ws
 
+    async def state(request: web.Request) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        if run_id not in daemon.states:
+            error = {"code": "run_not_found", "message": f"no run {run_id}"}
+            return web.json_response({"error": error}, status=404)
+        return web.json_response({"run_id": run_id, **daemon.states[run_id]})
+
     async def healthz(request: web.Request) -> web.StreamResponse:
         return web.json_response({"ok": daemon.healthy}, status=200 if daemon.healthy else 503)
 
@@ -87,6 +96,7 @@ async def fake_daemon(short_dir: Path) -> AsyncIterator[FakeDaemon]:
     app.router.add_post("/v1/runs", post_run)
     app.router.add_post("/v1/runs/{run_id}/cancel", cancel)
     app.router.add_get("/v1/runs/{run_id}/events", events)
+    app.router.add_get("/v1/runs/{run_id}", state)
     app.router.add_get("/v1/ws", websocket)
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, handler_cancellation=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import re
+import secrets
 from typing import Any
 
 from translator.frames import (
@@ -120,3 +123,34 @@ def subagent_run() -> list[Frame]:
             permission_denials=[PermissionDenial(tool_id="claude:b1", name="Bash")],
         ),
     ]
+
+
+class Hostile:
+    """Fresh escape-sequence payloads a model or a workspace could put into any text.
+
+    ``payload(word)`` wraps a visible ``word`` in a clipboard write (OSC 52, BEL- and
+    ST-terminated), a screen clear with cursor home (CSI 2J/H), a window title (OSC 0, also in
+    its 8-bit C1 form), a DCS string, a bidi override and stray C0 controls. Every hidden part
+    is random per instance, so no fixed string can make a test pass.
+    """
+
+    def __init__(self) -> None:
+        self.clip = base64.b64encode(secrets.token_bytes(18)).decode()
+        self.title = f"title-{secrets.token_hex(6)}"
+        self.dcs = f"dcs-{secrets.token_hex(6)}"
+
+    def payload(self, word: str) -> str:
+        return (
+            f"\x1b]52;c;{self.clip}\x07{word}\x1b[2J\x1b[H\x1b]0;{self.title}\x1b\\"
+            f"\x9d2;{self.title}\x9c\x1bP{self.dcs}\x1b\\\u202e\x08\x07\x9b31m!"
+        )
+
+    def leaks(self, out: str) -> list[str]:
+        """What of the hidden parts reached ``out`` (empty when nothing did).
+
+        Rich's own codes are taken out first: colours (SGR) and what Live redraws with (erase
+        line, cursor up, hide/show cursor); any escape left after that is one the text brought.
+        """
+        bare = re.sub(r"\x1b\[(?:[0-9;]*m|2K|[0-9]*A|\?25[hl])", "", out)
+        hidden = [self.clip, self.title, self.dcs, "\x1b", "\x07", "\x08", "\u202e", "\x9b", "\x9d"]
+        return [part for part in hidden if part in bare]

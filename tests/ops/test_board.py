@@ -6,12 +6,12 @@ import io
 
 from rich.console import Console, RenderableType
 
-from daemon.board import Board, MultiBoard, spinner_frame
+from daemon.board import Board, CleanConsole, MultiBoard, spinner_frame, strip_controls
 from daemon.cli import translate_stream
 from tests.conftest import REFERENCE
-from translator.frames import Frame, ProviderMessage, ToolCall, decode_frame
+from translator.frames import Frame, PermissionDenial, ProviderMessage, ToolCall, decode_frame
 
-from .frames import SESSION, T0, Script, subagent_run
+from .frames import SESSION, T0, Hostile, Script, subagent_run
 
 
 def _text(*renderables: RenderableType) -> str:
@@ -44,7 +44,7 @@ def test_live_view_nests_subagent_cards_with_spinners_and_elapsed_time() -> None
 
 
 def test_settled_output_reads_like_a_transcript() -> None:
-    out = _feed_all(Board(), subagent_run())
+    out = _feed_all(Board(cwd="/srv/my ws"), subagent_run())
     assert out.splitlines() == [
         "I'll look around first.",
         "✓ Explore the parser  2.8s  · 1 tools",
@@ -61,7 +61,7 @@ def test_settled_output_reads_like_a_transcript() -> None:
         "files changed: src/parser.py",
         "permission denied: Bash (claude:b1)",
         f"session {SESSION}",
-        f"resume: codelegate run --resume {SESSION} TASK",
+        f"resume: codelegate run --cwd '/srv/my ws' --resume {SESSION} TASK",
     ]
 
 
@@ -96,7 +96,7 @@ def test_failed_run_and_open_cards_at_the_end() -> None:
     end = _text(*board.feed(s.result(65, status="timeout", error="run timed out", exit_code=143)))
     lines = end.splitlines()
     assert lines[0] == "… Run: sleep 100  0.0s"
-    assert lines[2] == "✗ timeout  exit 143"
+    assert lines[2] == "✗ timeout  1m05s · exit 143"  # the CLI said no duration: the clock's
     assert lines[3] == "run timed out"
     assert "Claude Code is working" not in _text(board.live(T0 + 70))
 
@@ -142,3 +142,113 @@ def test_real_transcripts_settle_every_card() -> None:
         messages = [f for f in frames if isinstance(f, ProviderMessage)]
         printed = [_text(*Board().feed(f)) for f in messages]
         assert [p for p in printed if p] == [f"{f.text}\n" for f in messages if not f.partial]
+
+
+def _terminal(*renderables: RenderableType) -> str:
+    """What a colour terminal receives: the bytes of CleanConsole, styles and all."""
+    out = io.StringIO()
+    console = CleanConsole(file=out, force_terminal=True, color_system="truecolor", width=300)
+    for renderable in renderables:
+        console.print(renderable)
+    return out.getvalue()
+
+
+def test_escape_sequences_in_any_text_never_reach_the_terminal() -> None:
+    evil = Hostile()
+    s = Script()
+    board = Board()
+    printed: list[RenderableType] = []
+    frames = [
+        s.say(evil.payload("hello"), 0.1),
+        s.call("claude:t", "Task", evil.payload("Explore"), 0.2),
+        s.progress("claude:t", "Task", 0.3, elapsed_ms=100, summary=evil.payload("reading")),
+        s.call("claude:r", evil.payload("Reader"), "", 0.4, parent="claude:t"),
+        s.say(evil.payload("subagent"), 0.5, parent="claude:t"),
+    ]
+    live = ""
+    for frame in frames:  # the live view after each frame: a note shows until the next one
+        printed.extend(board.feed(frame))
+        live += _terminal(board.live(T0 + 1))
+    printed.extend(board.feed(s.done("claude:r", "Read", 0.6, 100)))
+    printed.extend(board.feed(s.done("claude:t", "Task", 0.7, 500)))
+    printed.extend(board.feed(s.call("claude:b", "Bash", "Run: ls", 0.8)))
+    printed.extend(
+        board.feed(
+            s.done("claude:b", "Bash", 0.9, 10, error=evil.payload("boom"), error_type="timeout")
+        )
+    )
+    printed.extend(
+        board.feed(
+            s.result(
+                1.0,
+                status="failed",
+                error=evil.payload("failed"),
+                result=evil.payload("answer"),
+                files_changed=[evil.payload("notes.txt")],
+                permission_denials=[PermissionDenial(tool_id="b", name=evil.payload("Bash"))],
+            )
+        )
+    )
+    settled = _terminal(*printed, evil.payload("a note"))
+
+    assert evil.leaks(live) == []
+    assert evil.leaks(settled) == []
+    for word in ("hello", "Explore", "reading", "Reader", "subagent"):
+        assert word in live + settled
+    for word in ("boom", "failed", "answer", "notes.txt", "Bash", "a note"):
+        assert word in settled
+
+
+def test_the_plain_rich_console_would_pass_the_escapes_through() -> None:
+    # Why CleanConsole exists: rich prints ESC, BEL and C1 as given.
+    evil = Hostile()
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, color_system="truecolor").print(evil.payload("x"))
+    assert evil.leaks(out.getvalue()) != []
+
+
+def test_stripping_keeps_newlines_tabs_and_ordinary_unicode() -> None:
+    text = "line one\n\tindented · ✓ héllo שלום 日本"
+    assert strip_controls(text) == text
+    assert strip_controls("a\x1b]52;c;unterminated") == "a"
+    assert strip_controls("a\x1b[1;31mb\x1b") == "ab"
+
+
+def test_resume_hint_names_the_workspace_and_only_follows_a_real_session() -> None:
+    s = Script()
+    refused_early = s.result(0.5, status="failed", error="claude: not found")
+    out = _feed_all(Board(cwd="/srv/ws"), [refused_early])
+    assert "resume" not in out  # the CLI never started: there is no session to resume
+    assert SESSION not in out
+    s = Script()
+    spoke = [s.say("Looking.", 0.2), s.result(0.5, status="cancelled")]
+    out = _feed_all(Board(cwd="/srv/ws"), spoke)
+    assert f"resume: codelegate run --cwd /srv/ws --resume {SESSION} TASK" in out
+    assert "resume:" not in _feed_all(Board(), spoke)  # the workspace unknown: no hint to paste
+
+
+def test_a_run_lasts_until_its_background_subagents_end_and_counts_from_its_start() -> None:
+    s = Script()
+    board = Board(started=T0 - 3)  # posted 3 s before the CLI's first line
+    assert _text(board.live(T0 - 1)).strip().endswith("Claude Code is working  2.0s")
+    frames = [
+        s.call("claude:t", "Task", "Background agent", 0),
+        s.done("claude:t", "Task", 0.5, 500),  # the Task returns at once: it runs in background
+        s.result(10.0, duration_ms=1600),  # the CLI's own duration ends with its main loop
+    ]
+    out = _feed_all(board, frames)
+    assert "✓ completed  13.0s" in out
+    assert "✓ completed  1.6s" not in out
+    late = Board()  # nothing known yet: the timer starts when the client first draws
+    late.live(T0)
+    assert _text(late.live(T0 + 2.5)).strip().endswith("working  2.5s")
+
+
+def test_open_cards_stay_as_they_stand_when_the_client_leaves() -> None:
+    s = Script()
+    board = Board()
+    assert board.open_cards() is None
+    board.feed(s.call("claude:b", "Bash", "Run: make test", 0))
+    left = board.open_cards()
+    assert left is not None
+    assert _text(left).strip() == "… Run: make test  0.0s"

@@ -61,7 +61,20 @@ def test_multi_stage_pinned_cli_non_root() -> None:
         "${NODE_IMAGE} AS claude",
         "${PYTHON_IMAGE} AS build",
     ]
-    assert f"ARG CLAUDE_CODE_VERSION={PINNED_CLAUDE_VERSION}" in [f"{w} {a}" for w, a in steps]
+    # The pin is read from daemon/pinned.py, its one place: the Dockerfile does not repeat it.
+    assert "ARG CLAUDE_CODE_VERSION=" in [f"{w} {a}" for w, a in steps]
+    assert "COPY daemon/pinned.py /tmp/pinned.py" in [f"{w} {a}" for w, a in steps]
+    assert PINNED_CLAUDE_VERSION not in DOCKERFILE.read_text()
+    [install] = [args for word, args in steps if word == "RUN" and "claude-code@" in args]
+    script = re.search(r'pinned="\$\((sed .*/tmp/pinned\.py)\)"', install)
+    assert script is not None
+    sed = subprocess.run(  # the Dockerfile's own sed, on the file the image copies
+        ["sh", "-c", script[1].replace("/tmp/pinned.py", str(ROOT / "daemon" / "pinned.py"))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert sed.stdout.strip() == PINNED_CLAUDE_VERSION
     assert any("pip install -c constraints.txt ." in args for word, args in steps if word == "RUN")
     users = [args for word, args in steps if word == "USER"]
     assert users, "the image must not run as root"
@@ -93,7 +106,8 @@ def test_copied_files_are_in_the_build_context() -> None:
         sources = [part for part in args.split() if not part.startswith("--")][:-1]
         for source in sources:
             assert (ROOT / source).exists(), source
-            assert source.rstrip("/") in allowed, f"{source} is excluded by .dockerignore"
+            included = {source.rstrip("/"), *(str(p) for p in Path(source).parents)}
+            assert included & allowed, f"{source} is excluded by .dockerignore"
 
 
 def test_container_config_parses_and_matches_the_image() -> None:

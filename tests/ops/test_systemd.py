@@ -161,3 +161,11 @@ def test_sysusers_and_tmpfiles(tmp_path: Path) -> None:
     env = tmp_path / "etc" / "codelegate" / "env"
     assert oct(env.stat().st_mode & 0o777) == "0o600"
     assert env.stat().st_uid == 0
+
+
+def test_the_units_documentation_is_a_file_the_readme_installs() -> None:
+    [doc] = _directives(SERVICE)["Documentation"]
+    target = doc.removeprefix("file://")
+    readme = (SYSTEMD.parent / "README.md").read_text()
+    assert f"install -m 0644 README.md {target}" in readme
+    assert f"ExecStart={target.rsplit('/', 1)[0]}/venv/bin/codelegate" in SERVICE.read_text()

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from rich.console import Console
 
@@ -16,7 +17,7 @@ from daemon.terminal import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, Renderer
 from translator.frames import Frame, encode_frame
 
 from .conftest import FakeDaemon
-from .frames import RUN, SESSION, Script, subagent_run
+from .frames import RUN, SESSION, T0, Hostile, Script, subagent_run
 
 
 def _console() -> Console:
@@ -165,6 +166,7 @@ async def test_refusal_is_reported(fake_daemon: FakeDaemon) -> None:
 
 async def test_watch_follows_one_run_to_its_end(fake_daemon: FakeDaemon) -> None:
     fake_daemon.events = _stream(subagent_run())
+    fake_daemon.states[RUN] = {"cwd": "/srv/ws", "created_at": T0 - 10}
     console = _console()
     code = await terminal.watch_async(
         argparse.Namespace(socket=fake_daemon.socket, run=RUN, all=False),
@@ -172,8 +174,44 @@ async def test_watch_follows_one_run_to_its_end(fake_daemon: FakeDaemon) -> None
         interrupt=asyncio.Event(),
     )
     assert code == EXIT_OK
-    assert "✓ completed" in console.export_text()
+    text = console.export_text()
+    assert "✓ completed  13.6s" in text  # from the run's creation, not its first frame
+    assert f"resume: codelegate run --cwd /srv/ws --resume {SESSION} TASK" in text
     assert fake_daemon.cancelled == []
+
+
+async def test_watch_of_an_unknown_run_says_so(fake_daemon: FakeDaemon) -> None:
+    with pytest.raises(terminal.DaemonError, match="run_not_found"):
+        await terminal.watch_async(
+            argparse.Namespace(socket=fake_daemon.socket, run="nope", all=False),
+            Renderer(_console(), json_out=None, many=False),
+            interrupt=asyncio.Event(),
+        )
+
+
+async def test_ctrl_c_in_watch_keeps_the_cards_it_showed(fake_daemon: FakeDaemon) -> None:
+    s = Script()
+    fake_daemon.states[RUN] = {"cwd": "/srv/ws", "created_at": T0}
+    never = asyncio.Event()
+    fake_daemon.events = _stream(
+        [s.call("claude:b", "Bash", "Run: make test", 0), s.result(1)], hold=never
+    )
+    console = _console()
+    interrupt = asyncio.Event()
+
+    class FirstFrame(Renderer):
+        def line(self, raw: bytes, frame: Frame | None) -> None:
+            super().line(raw, frame)
+            interrupt.set()  # Ctrl-C once the card is up
+
+    code = await terminal.watch_async(
+        argparse.Namespace(socket=fake_daemon.socket, run=RUN, all=False),
+        FirstFrame(console, json_out=None, many=False),
+        interrupt=interrupt,
+    )
+    assert code == EXIT_OK
+    assert "… Run: make test" in console.export_text()
+    assert fake_daemon.cancelled == []  # watching never cancels
 
 
 def test_unreachable_daemon_and_usage(short_dir: Path) -> None:
@@ -192,13 +230,53 @@ async def test_watch_all_follows_every_run_over_the_websocket(fake_daemon: FakeD
         b.done("claude:1", "Read", 0.3, 200),
     ]
     console = _console()
-    code = await terminal.watch_async(
-        argparse.Namespace(socket=fake_daemon.socket, run=None, all=True),
-        Renderer(console, json_out=None, many=True),
-        interrupt=asyncio.Event(),
-    )
-    assert code == EXIT_OK
+    # The stand-in closes the WebSocket as a stopping daemon does (1001): watching does not end
+    # quietly with 0, it says so and exits 3 (terminal.main, as a user starts it).
+    with pytest.raises(terminal.DaemonError, match=r"daemon_gone.*it is stopping"):
+        await terminal.watch_async(
+            argparse.Namespace(socket=fake_daemon.socket, run=None, all=True),
+            Renderer(console, json_out=None, many=True),
+            interrupt=asyncio.Event(),
+        )
+    code = await asyncio.to_thread(terminal.main, ["watch", "--socket", fake_daemon.socket])
+    assert code == terminal.EXIT_UNREACHABLE
     assert fake_daemon.ws_query == {"run": "*"}
     text = console.export_text()
     assert "run run-a" in text
     assert "✓ Read b  0.2s" in text
+
+
+async def test_watch_and_run_print_no_escape_sequence_a_frame_or_an_error_carries(
+    fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole client as a user starts it (terminal.main: its own console, a colour terminal,
+    # the Live view), in a thread so that the stand-in daemon keeps serving on this loop.
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    evil = Hostile()
+    s = Script()
+    fake_daemon.events = _stream(
+        [
+            s.say(evil.payload("hello"), 0.1),
+            s.call("claude:r", "Read", evil.payload("Read notes.txt"), 0.2),
+            s.done("claude:r", "Read", 0.3, 100, error=evil.payload("gone"), error_type="timeout"),
+            s.result(0.4, result=evil.payload("answer"), files_changed=[evil.payload("a.txt")]),
+        ]
+    )
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        error = {"error": {"code": "bad_request", "message": evil.payload("no such dir")}}
+        return web.json_response(error, status=400)
+
+    fake_daemon.post_run = refuse
+    fake_daemon.states[RUN] = {"cwd": evil.payload("/srv/ws"), "created_at": T0}
+
+    watched = await asyncio.to_thread(terminal.main, ["watch", RUN, "--socket", fake_daemon.socket])
+    refused = await asyncio.to_thread(
+        terminal.main, ["run", "x", "--cwd", "/", "--socket", fake_daemon.socket]
+    )
+
+    out = capsys.readouterr().out
+    assert (watched, refused) == (EXIT_OK, EXIT_REFUSED)
+    assert evil.leaks(out) == []
+    for word in ("hello", "Read notes.txt", "gone", "answer", "a.txt", "no such dir"):
+        assert word in out

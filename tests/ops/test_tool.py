@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from daemon import tool
-from daemon.tool import claude_code
+from daemon import tool, tool_follow
+from daemon.tool import ClaudeCode, claude_code
 
 from .conftest import FakeDaemon
 
@@ -34,10 +34,19 @@ FINAL = {
     "permission_denials": [],
     "tools": {"started": 1, "completed": 1, "failed": 0},
     "files_changed": ["tests/test_app.py"],
+    "changes": "--- a/tests/test_app.py\n+++ b/tests/test_app.py\n",
+    "commands": [{"command": "pytest -q", "outcome": "completed", "error": None}],
+}
+CARD = {
+    "type": "tool_call",
+    "seq": 1,
+    "run_id": RUN_ID,
+    "tool_id": "claude:t1",
+    "name": "Claude Code › Bash",
 }
 
 
-def _make_agent(tmp_path: Path) -> Any:
+def _make_agent(tmp_path: Path, tool_: Any = claude_code) -> Any:
     from connectonion import Agent
     from connectonion.core.llm import LLM
 
@@ -56,7 +65,7 @@ def _make_agent(tmp_path: Path) -> Any:
 
     return Agent(
         "delegator",
-        tools=[claude_code],
+        tools=[tool_],
         llm=NoLLM(),
         quiet=True,
         log=False,
@@ -64,44 +73,78 @@ def _make_agent(tmp_path: Path) -> Any:
     )
 
 
-def _answer(payload: dict[str, Any], status: int = 200) -> Any:
+def _answer(payload: dict[str, Any], status: int = 200, announce: bool = False) -> Any:
     async def handler(request: web.Request) -> web.StreamResponse:
-        return web.json_response(payload, status=status)
+        headers = {tool.RUN_ID_HEADER: RUN_ID} if announce else {}
+        return web.json_response(payload, status=status, headers=headers)
 
     return handler
 
 
-def test_connectonion_derives_the_schema(tmp_path: Path) -> None:
-    agent = _make_agent(tmp_path)
+def _ndjson(*frames: dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(frame).encode() + b"\n" for frame in frames)
+
+
+def _stream(*frames: dict[str, Any], final: dict[str, Any] = FINAL, hold: Any = None) -> Any:
+    """An events stream: ``frames``, then (once ``hold`` is set) the run_result."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        after = int(request.query.get("after", "0"))
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(_ndjson(*[f for f in frames if f["seq"] > after]))
+        if hold is not None:
+            await hold.wait()
+        last = max([f["seq"] for f in frames] or [0]) + 1
+        await response.write(_ndjson({"type": "run_result", "seq": last, "result": final}))
+        await response.write_eof()
+        return response
+
+    return handler
+
+
+def test_connectonion_derives_its_own_tools_schema(tmp_path: Path) -> None:
+    agent = _make_agent(tmp_path, ClaudeCode(mode="accept_edits"))
+    assert agent.tools.names() == ["claude_code"]
     schema = agent.tools.get("claude_code").to_function_schema()
     params = schema["parameters"]
     assert schema["name"] == "claude_code"
     assert "Claude Code" in schema["description"]
-    assert "session_id" in schema["description"]
-    assert params["properties"]["task"] == {"type": "string"}
-    assert params["properties"]["mode"]["enum"] == ["safe", "accept_edits", "plan", "auto"]
-    assert set(params["properties"]) >= {"task", "cwd", "mode", "session_id"}
-    # ConnectOnion injects `agent`; the model never sees it.
+    assert "changes" in schema["description"]
+    # (ConnectOnion adds its own "summary" argument to every tool.)
+    assert set(params["properties"]) - {"summary"} == {
+        "prompt",
+        "session_id",
+        "cwd",
+        "model",
+        "timeout",
+    }
+    # ConnectOnion injects `agent`; the model never sees it, nor the mode its operator bound.
+    assert "prompt" in params["required"]
     assert "agent" not in params["properties"]
-    assert "task" in params["required"]
-    assert "cwd" not in params["required"]
+    assert not {"session_id", "cwd", "model", "timeout"} & set(params["required"])
 
 
-async def test_agent_call_links_the_parent_tool_call(
+def test_a_mode_outside_the_known_ones_is_refused_at_registration() -> None:
+    with pytest.raises(ValueError, match="unknown mode"):
+        ClaudeCode(mode="bypassPermissions")  # type: ignore[arg-type]
+
+
+async def test_agent_call_links_the_parent_tool_call_and_binds_the_mode(
     fake_daemon: FakeDaemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CODELEGATE_SOCKET", fake_daemon.socket)
-    fake_daemon.post_run = _answer(FINAL)
-    agent = _make_agent(tmp_path)
+    fake_daemon.post_run = _answer(FINAL, announce=True)
+    fake_daemon.events = _stream(CARD)
+    agent = _make_agent(tmp_path, ClaudeCode(mode="accept_edits"))
 
-    outcome = await asyncio.to_thread(
-        agent.execute_tool, "claude_code", {"task": "add a test", "mode": "accept_edits"}
-    )
+    outcome = await asyncio.to_thread(agent.execute_tool, "claude_code", {"prompt": "add a test"})
 
     assert outcome["status"] == "success"
-    assert SESSION in outcome["result"]
-    [(_, path, body)] = fake_daemon.requests
+    assert json.loads(outcome["result"])["session_id"] == SESSION
+    [(_, path, body), (_, events, _)] = fake_daemon.requests
     assert path == "/v1/runs"
+    assert events == f"/v1/runs/{RUN_ID}/events?after=0"
     assert body["task"] == "add a test"
     assert body["mode"] == "accept_edits"
     assert body["wait"] is True
@@ -109,20 +152,31 @@ async def test_agent_call_links_the_parent_tool_call(
     assert "resume" not in body
     # Agent.execute_tool names its call "manual_<tool>_<time>"; a model's call has the LLM's id.
     assert body["parent"]["tool_call_id"].startswith("manual_claude_code_")
+    # The card went into the agent's trace, as ConnectOnion's own tools record theirs.
+    assert any(e.get("tool_id") == "claude:t1" for e in agent.current_session["trace"])
 
 
-async def test_direct_call_returns_the_final_result(
+async def test_direct_call_returns_connectonions_envelope(
     fake_daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CODELEGATE_SOCKET", fake_daemon.socket)
-    fake_daemon.post_run = _answer(FINAL)
+    fake_daemon.post_run = _answer(FINAL, announce=True)
+    fake_daemon.events = _stream(CARD)
 
-    result = await asyncio.to_thread(claude_code, "continue", "/srv/ws", "safe", SESSION)
+    raw = await asyncio.to_thread(
+        claude_code, "continue", session_id=SESSION, cwd="/srv/ws", model="claude-x"
+    )
 
-    assert result == FINAL
+    assert isinstance(raw, str)
+    result = json.loads(raw)
+    assert {k: result[k] for k in FINAL} == {**FINAL, "error": ""}
     body = fake_daemon.requests[0][2]
-    assert body["resume"] == SESSION
-    assert body["cwd"] == "/srv/ws"
+    assert (body["resume"], body["cwd"], body["model"], body["mode"]) == (
+        SESSION,
+        "/srv/ws",
+        "claude-x",
+        "safe",
+    )
     assert "parent" not in body
 
 
@@ -145,14 +199,15 @@ async def test_daemon_errors_come_back_as_results(
     error = {"error": {"code": code, "message": "not here"}}
     fake_daemon.post_run = _answer(error, status=status)
 
-    result = await asyncio.to_thread(claude_code, "x")
+    result = json.loads(await asyncio.to_thread(claude_code, "x"))
 
     assert result["status"] == expected
     assert result["error_code"] == code
     assert result["error"] == f"{code}: not here"
     assert result["http_status"] == status
-    assert result["session_id"] is None
+    assert result["session_id"] == ""
     assert result["files_changed"] == []
+    assert result["usage"] == {}
 
 
 async def test_a_non_json_answer_is_a_failure(
@@ -164,7 +219,7 @@ async def test_a_non_json_answer_is_a_failure(
         return web.Response(text="<html>", status=502)
 
     fake_daemon.post_run = garbage
-    result = await asyncio.to_thread(claude_code, "x")
+    result = json.loads(await asyncio.to_thread(claude_code, "x"))
     assert result["status"] == "failed"
     assert result["error_code"] == "http_error"
     assert "HTTP 502" in result["error"]
@@ -177,9 +232,20 @@ def test_unreachable_daemon_is_a_failure(short_dir: Path) -> None:
     assert "CODELEGATE_SOCKET" in result["error"]
 
 
-def test_socket_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_timeout_that_is_not_a_positive_number_is_refused() -> None:
+    for timeout in (0, -1, True, "60"):
+        result = tool.delegate("x", timeout=timeout)  # type: ignore[arg-type]
+        assert result["status"] == "refused"
+        assert result["error_code"] == "bad_request"
+
+
+def test_socket_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("CODELEGATE_SOCKET", raising=False)
-    assert tool.socket_path() == "var/codelegate.sock"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert tool.socket_path() == str(tmp_path / "codelegate" / "codelegate.sock")
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert tool.socket_path() == str(tmp_path / ".local/state/codelegate/codelegate.sock")
     monkeypatch.setenv("CODELEGATE_SOCKET", "/run/codelegate/codelegate.sock")
     assert tool.socket_path() == "/run/codelegate/codelegate.sock"
     assert tool.socket_path("/x.sock") == "/x.sock"
@@ -198,6 +264,7 @@ def _held_run(fake: FakeDaemon, *, announce: bool, headers_sent: threading.Event
         await response.write_eof()
         return response
 
+    fake.events = _stream(CARD, final={**FINAL, "status": "cancelled"}, hold=fake.cancel_seen)
     return handler
 
 
@@ -217,6 +284,21 @@ async def test_agent_stop_cancels_an_announced_run(fake_daemon: FakeDaemon) -> N
     assert fake_daemon.cancelled == [RUN_ID]
     # The daemon's own cancelled result, with the session id to resume from.
     assert result["status"] == "cancelled"
+    assert result["session_id"] == SESSION
+
+
+async def test_a_run_past_its_timeout_is_cancelled_and_says_timeout(
+    fake_daemon: FakeDaemon,
+) -> None:
+    fake_daemon.post_run = _held_run(fake_daemon, announce=True, headers_sent=threading.Event())
+
+    result = await asyncio.to_thread(
+        tool.call_run, {"task": "x"}, fake_daemon.socket, timeout_s=0.05, poll_s=0.01
+    )
+
+    assert fake_daemon.cancelled == [RUN_ID]
+    assert result["status"] == "timeout"
+    assert "timed out" in result["error"]
     assert result["session_id"] == SESSION
 
 
@@ -243,22 +325,58 @@ async def test_keyboard_interrupt_cancels_and_propagates(
     fake_daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_daemon.post_run = _held_run(fake_daemon, announce=True, headers_sent=threading.Event())
-    real_wait = tool._wait_readable
-    calls: list[int] = []
 
-    def wait_then_interrupt(*args: Any) -> bool:
-        # The first wait (for the headers) is real; Ctrl-C arrives during the second one.
-        calls.append(1)
-        if len(calls) == 1:
-            return real_wait(*args)
-        raise KeyboardInterrupt
+    def interrupt(self: Any, wait_s: float) -> Any:
+        raise KeyboardInterrupt  # Ctrl-C while the tool follows the run
 
-    monkeypatch.setattr(tool, "_wait_readable", wait_then_interrupt)
+    monkeypatch.setattr(tool_follow.EventStream, "frames", interrupt)
     with pytest.raises(KeyboardInterrupt):
         await asyncio.to_thread(
             tool.call_run, {"task": "x"}, fake_daemon.socket, cancelled=lambda: False
         )
     assert fake_daemon.cancelled == [RUN_ID]
+
+
+async def test_a_follower_the_daemon_closes_resumes_after_the_last_frame(
+    fake_daemon: FakeDaemon,
+) -> None:
+    second = {**CARD, "seq": 2, "tool_id": "claude:t2"}
+    calls: list[str] = []
+
+    async def lagging(request: web.Request) -> web.StreamResponse:
+        calls.append(request.query["after"])
+        if len(calls) == 1:  # the hub closed a lagging subscriber: the stream just ends
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(_ndjson(CARD) + b'{"type": "tool_ca')
+            await response.write_eof()
+            return response
+        return await _stream(CARD, second)(request)
+
+    fake_daemon.post_run = _answer(FINAL, announce=True)
+    fake_daemon.events = lagging
+    seen: list[dict[str, Any]] = []
+    relay = tool_follow.Relay(None)
+    relay.frame = seen.append  # type: ignore[method-assign]
+
+    result = await asyncio.to_thread(tool.call_run, {"task": "x"}, fake_daemon.socket, relay=relay)
+
+    assert calls == ["0", "1"]
+    assert [f["tool_id"] for f in seen] == ["claude:t1", "claude:t2"]
+    assert result["status"] == "completed"
+
+
+async def test_without_its_frames_the_tool_still_returns_the_result(
+    fake_daemon: FakeDaemon,
+) -> None:
+    async def missing(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"error": {"code": "run_not_found"}}, status=404)
+
+    fake_daemon.post_run = _answer(FINAL, announce=True)
+    fake_daemon.events = missing
+    result = await asyncio.to_thread(tool.call_run, {"task": "x"}, fake_daemon.socket)
+    assert result["status"] == "completed"
+    assert result["session_id"] == SESSION
 
 
 async def test_health(fake_daemon: FakeDaemon, short_dir: Path) -> None:
@@ -297,7 +415,7 @@ async def test_stop_aimed_at_this_invocation_cancels_it(
             self.current_session = {"_active_tool_call_id": "call_7", "session_id": "chat-1"}
             self.io = IO()
 
-    result = await asyncio.to_thread(claude_code, "x", agent=Agent())
+    result = json.loads(await asyncio.to_thread(claude_code, "x", agent=Agent()))
 
     assert result["status"] == "cancelled"
     assert fake_daemon.cancelled == [RUN_ID]
@@ -315,3 +433,135 @@ def test_no_parent_without_an_active_tool_call() -> None:
     assert tool._parent_of(Idle()) is None
     assert tool._parent_of(None) is None
     assert tool._cancellation_check(Idle()) is None
+
+
+def test_a_work_room_follow_up_continues_the_invocation_it_was_typed_into() -> None:
+    class FollowUp:
+        def __init__(self) -> None:
+            self.current_session = {
+                "_active_tool_call_id": "manual_claude_code_1.5",
+                "_provider_continuation_of": "claude_code:call_1",
+            }
+
+    assert tool._parent_of(FollowUp()) == {"tool_call_id": "call_1"}
+
+
+class _IO:
+    def __init__(self, fail: bool = False) -> None:
+        self.live: list[dict[str, Any]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.logged: list[tuple[str, dict[str, Any]]] = []
+        self.fail = fail
+
+    def send_live_trace(self, entry: dict[str, Any]) -> bool:
+        if self.fail:
+            raise RuntimeError("transport gone")
+        self.live.append(entry)
+        return True
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.sent.append(event)
+
+    def log(self, kind: str, **fields: Any) -> None:
+        self.logged.append((kind, fields))
+
+
+class _Agent:
+    def __init__(self, io: Any, session: Any = None) -> None:
+        self.io = io
+        self.current_session = {"trace": []} if session is None else session
+        self.printed: list[str] = []
+        self.logger = self
+
+    def _record_trace(self, entry: dict[str, Any]) -> None:
+        self.current_session["trace"].append(entry)
+
+    def print(self, message: str) -> None:
+        self.printed.append(message)
+
+
+def test_the_relay_records_then_streams_live_and_keeps_daemon_frames_to_itself() -> None:
+    io = _IO()
+    agent = _Agent(io)
+    relay = tool_follow.Relay(agent)
+    for frame in (CARD, {"type": "diagnostic", "seq": 2}, {"type": "run_result", "seq": 3}):
+        relay.frame(dict(frame))
+    assert agent.current_session["trace"] == [CARD]
+    assert io.live == [CARD]
+    assert io.sent == []
+    assert io.logged == []
+    assert agent.printed == []
+
+
+def test_without_a_session_the_relay_logs_through_the_io() -> None:
+    io = _IO()
+    relay = tool_follow.Relay(_Agent(io, session="not a session"))
+    relay.frame(dict(CARD))
+    assert io.logged == [("tool_call", {k: v for k, v in CARD.items() if k != "type"})]
+
+
+def test_a_local_agent_sees_each_card_on_its_console() -> None:
+    agent = _Agent(None)
+    relay = tool_follow.Relay(agent)
+    relay.frame({**CARD, "summary": "Run: ls [x]"})
+    relay.frame({**CARD, "type": "tool_result", "seq": 2, "status": "completed", "timing_ms": 1500})
+    relay.frame({**CARD, "type": "tool_result", "seq": 3, "status": "failed", "error": "boom"})
+    relay.frame({"type": "provider_message", "role": "assistant", "text": "All done.\nMore."})
+    relay.prompt("run-1", "the prompt", {"tool_call_id": "call_1"})  # the user's: not echoed
+    relay.frame({"type": "provider_activity", "seq": 5})
+    assert agent.printed == [
+        "  ⎿ Claude Code › Bash  Run: ls \\[x]",
+        "  ✓ Claude Code › Bash (1.5s)",
+        "  ✗ Claude Code › Bash: boom",
+        "  Claude Code: All done.",
+    ]
+
+
+def test_the_prompt_opens_the_work_rooms_conversation() -> None:
+    io = _IO()
+    agent = _Agent(io)
+    relay = tool_follow.Relay(agent)
+    relay.prompt("run-1", "  Fix it.\x00 ", {"tool_call_id": "call_1"})
+    relay.prompt("run-1", "x" * 20000, {"tool_call_id": "call_1"})
+    relay.prompt("run-1", "   ", {"tool_call_id": "call_1"})  # nothing to show
+    relay.prompt("run-1", "Fix it.", None)  # no Work Room
+    first, long = io.live
+    assert first == {
+        "type": "provider_message",
+        "provider": "claude_code",
+        "invocationId": "claude_code:call_1",
+        "parentToolCallId": "call_1",
+        "messageId": "user:run-1",
+        "role": "user",
+        "text": "Fix it.",
+    }
+    assert len(long["text"]) == 16000
+
+
+def test_a_failing_io_never_loses_the_run() -> None:
+    relay = tool_follow.Relay(_Agent(_IO(fail=True)))
+    relay.frame(dict(CARD))
+    assert relay.failures == 1
+
+
+def test_a_follow_up_acknowledges_its_turn_once() -> None:
+    io = _IO()
+    session = {
+        "trace": [],
+        "_provider_direct_message_id": "req-1",
+        "_provider_continuation_of": "claude_code:call_1",
+        "_provider_direct_state_revision": 4,
+    }
+    relay = tool_follow.Relay(_Agent(io, session))
+    relay.frame(dict(CARD))
+    relay.frame({**CARD, "seq": 2})
+    assert io.sent == [
+        {
+            "type": "PROVIDER_INPUT_ACK",
+            "requestId": "req-1",
+            "invocationId": "claude_code:call_1",
+            "accepted": True,
+            "stateRevision": 4,
+        }
+    ]
+    assert session["_provider_direct_acknowledged"] is True

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from policy.checks import Problem, check_environment
+import secrets
+
+from policy.checks import MIN_TOKEN_BYTES, Problem, check_environment, token_problem
 from tests.policy.conftest import make_config
 
 CONFIG = make_config(
@@ -42,3 +44,37 @@ def test_token_file_checked_only_when_asked_and_configured() -> None:
         )
         == []
     )
+
+
+SANDBOXED = make_config("[claude.settings.sandbox]\nenabled = true")
+
+
+def test_a_sandbox_without_its_programs_is_a_problem() -> None:
+    problems = check_environment(
+        SANDBOXED, isdir=lambda p: True, is_executable=lambda p: p not in ("bwrap", "socat")
+    )
+    assert [str(p) for p in problems] == [
+        "claude.settings.sandbox: the CLI's sandbox needs bwrap and socat on PATH "
+        "(apt install bubblewrap socat)"
+    ]
+    only_socat = check_environment(
+        SANDBOXED, isdir=lambda p: True, is_executable=lambda p: p != "socat"
+    )
+    assert "needs socat on PATH" in str(only_socat[0])
+
+
+def test_the_sandbox_programs_are_checked_only_when_the_sandbox_is_on() -> None:
+    for config in (make_config(), make_config("[claude.settings.sandbox]\nenabled = false")):
+        assert (
+            check_environment(config, isdir=lambda p: True, is_executable=lambda p: p == "claude")
+            == []
+        )
+    assert check_environment(SANDBOXED, isdir=lambda p: True, is_executable=lambda p: True) == []
+
+
+def test_a_bearer_token_needs_sixteen_bytes_whitespace_aside() -> None:
+    token = secrets.token_hex(MIN_TOKEN_BYTES)[:MIN_TOKEN_BYTES].encode()
+    assert token_problem(token + b"\n") is None
+    problem = token_problem(b"  " + token[:-1] + b"\n")
+    assert problem is not None
+    assert "at least 16 bytes" in problem

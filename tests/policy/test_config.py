@@ -313,6 +313,17 @@ def test_development_config() -> None:
     assert config.policy.default_mode == "safe"
 
 
+def test_development_config_keeps_its_state_where_it_is_told_outside_the_root() -> None:
+    config = development_config("/home/dev/proj", "claude", "/home/dev/.local/state/codelegate")
+    assert config.server.socket == "/home/dev/.local/state/codelegate/codelegate.sock"
+    assert config.store.path == "/home/dev/.local/state/codelegate/codelegate.db"
+    for root in ("/home/dev", "/home/dev/.local/state/codelegate"):
+        with pytest.raises(ConfigError, match="holds the daemon's state"):
+            development_config(root, "claude", "/home/dev/.local/state/codelegate")
+    # A sibling whose name starts like the root is not inside it.
+    assert development_config("/home/dev/st", "claude", "/home/dev/state").policy.workspaces
+
+
 def test_development_config_needs_an_absolute_cwd() -> None:
     with pytest.raises(ValueError, match="absolute"):
         development_config("proj", "claude")
@@ -339,7 +350,11 @@ def test_the_documented_example_config_parses() -> None:
     config = parse_config(path.read_bytes(), str(path))
     assert config.server.tcp == "127.0.0.1:8765"
     assert config.policy.workspaces == ("/srv/workspaces", "/home/dev/projects")
-    documented = {line.split("=")[0].strip() for line in path.read_text().splitlines()}
+    assert config.claude.settings["sandbox"]["failIfUnavailable"] is True
+    lines = path.read_text().splitlines()
+    documented = {line.split("=")[0].strip() for line in lines}
+    # A key holding a table is documented by its [section.key] header.
+    documented |= {line.strip("[]").split(".")[1] for line in lines if line.startswith("[claude.")}
     for section, struct in SECTIONS.items():
         for field in msgspec.structs.fields(struct):
             assert field.name in documented, f"[{section}] {field.name} is not documented"

@@ -30,6 +30,8 @@ HEAD = (
     "--include-partial-messages",
     "--forward-subagent-text",
     "--safe-mode",
+    "--setting-sources",
+    "",
     "--permission-prompts",
     "none",
     "--permission-mode",
@@ -104,6 +106,9 @@ def rogue(config: Config, **policy: object) -> Config:
         (Mode(request="safe", cli="manual", ochat="manual"), ("--dangerously-skip-permissions",)),
         (Mode(request="safe", cli="manual", ochat="manual"), ("--permission-mode", "plan")),
         (Mode(request="safe", cli="manual", ochat="manual"), ("Bash(x)", "bypassPermissions")),
+        # A second --setting-sources would be read instead of the empty one.
+        (Mode(request="safe", cli="manual", ochat="manual"), ("--setting-sources", "user")),
+        (Mode(request="safe", cli="manual", ochat="manual"), ("--setting-sources=project",)),
     ],
 )
 def test_build_argv_never_emits_a_bypass_even_from_hand_built_inputs(

@@ -67,6 +67,9 @@ def config_texts(draw: st.DrawFn) -> str:
         lines.append(
             f"pass_env = {toml_list(draw(st.lists(mostly(st.just('NO_PROXY')), max_size=2)))}"
         )
+    if draw(st.booleans()):
+        key, value = draw(mostly(st.just("model"))), draw(STRINGS)
+        lines.append(f"settings = {{ {json.dumps(key)} = {json.dumps(value)}, sandbox = {{}} }}")
     return "\n".join(lines)
 
 
@@ -140,7 +143,7 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
     assert modes[0] in SAFE_CLI_MODES
     assert not DANGEROUS_FLAGS & set(argv)
     assert not any(names_bypass(arg) for arg in argv)
-    assert argv[1:10] == (
+    assert argv[1:12] == (
         "-p",
         "--output-format",
         "stream-json",
@@ -148,6 +151,8 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
         "--include-partial-messages",
         "--forward-subagent-text",
         "--safe-mode",
+        "--setting-sources",
+        "",
         "--permission-prompts",
         "none",
     )

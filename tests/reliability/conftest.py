@@ -26,6 +26,7 @@ from tests.daemon.conftest import (
     start_daemon,
     stop_daemon,
 )
+from tests.reliability.served import Served
 
 HERE = Path(__file__).resolve().parent
 CHATTY_CLAUDE = str(HERE / "chatty_claude.py")
@@ -142,7 +143,7 @@ async def post(d: Daemon, task: str, **fields: Any) -> str:
     return str(body["run_id"])
 
 
-async def wait_done(d: Daemon, run_id: str, deadline_s: float = 30.0) -> dict[str, Any]:
+async def wait_done(d: Daemon | Served, run_id: str, deadline_s: float = 30.0) -> dict[str, Any]:
     """The run's state once it is no longer running (bounded)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s

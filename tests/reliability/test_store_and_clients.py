@@ -16,6 +16,7 @@ from tests.reliability.conftest import (
     Daemon,
     alive_marked,
     cards_closed,
+    make_config,
     post,
     start_daemon,
     stop_daemon,
@@ -150,3 +151,39 @@ async def test_clients_vanishing_mid_frame_hurt_nobody(rdaemon: Daemon) -> None:
     assert health["status"] == "ok"
     metrics = await (await rdaemon.http.get("http://codelegate/metrics")).text()
     assert 'codelegate_http_errors_total{status="500"}' not in metrics
+
+
+async def test_frames_past_the_store_cap_go_out_live_and_the_store_says_what_it_dropped(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    config = make_config(short_dir, workspace, limits={"max_stored_frames": 1000})
+    d = await start_daemon(config, tmp_path)
+    try:
+        follower = Follower(await d.ws("?run=*"))
+        run_id = await post(d, "fake: tools n=3000")
+        state = await wait_done(d, run_id)
+        await until(lambda: follower.finished(run_id))
+        live = follower.frames[run_id]
+        await follower.close()
+    finally:
+        await stop_daemon(d)
+    assert state["status"] == "completed"
+    cards_closed(live)  # every frame went out live, gapless
+    told = [f for f in live if f["type"] == "diagnostic" and f["code"] == "frames_not_stored"]
+    stored = stored_frames(config.store.path, run_id)
+    not_stored = len(live) - len(stored)
+    assert not_stored > 1000
+    # Said right after the first frames not stored (those of one stdout chunk, counted), and
+    # the total just before run_result.
+    assert [f["count"] for f in told][1:] == [not_stored]
+    assert told[0]["seq"] == 1000 + told[0]["count"] + 1
+    assert live[-2] == told[-1]
+    # The store keeps the first 1000 frames, then what closes the run: how it ended.
+    assert [f["seq"] for f in stored[:1000]] == list(range(1, 1001))
+    assert stored[:1000] == live[:1000]
+    assert stored[1000:] == [f for f in live[1000:] if f in stored[1000:]]
+    assert told[0] in stored
+    assert stored[-2:] == live[-2:]
+    assert stored[-1]["type"] == "run_result"
+    assert stored[-1]["result"]["frames_not_stored"] == not_stored  # and in the final result
+    assert state["result"]["frames_not_stored"] == not_stored

@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 
 import pytest
+import structlog
+import structlog.testing
 
 from daemon import store_db
 from daemon.store import RunRecord, RunStore, StoreError
@@ -341,5 +343,117 @@ async def test_a_work_rooms_counters_survive_a_restart_and_a_prune_and_never_go_
         assert await store.prune(0, 0, now=10.0) == 1
         assert await store.invocation_marks("call_1") == (5, 7)
         assert await store.invocation_marks("call_2") == (1, 1)
+    finally:
+        await store.close()
+
+
+async def test_a_flooding_run_keeps_another_runs_record_and_frames_one_batch_away(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[set[str]] = []  # the runs in each batch, in the order written
+    real = store_db.write_batch
+
+    def write_batch(conn: sqlite3.Connection, frames: list[store_db.Frame], finishes: dict) -> None:  # type: ignore[type-arg]
+        batches.append({run_id for run_id, _, _ in frames})
+        real(conn, frames, finishes)
+
+    monkeypatch.setattr(store_db, "write_batch", write_batch)
+    store = await RunStore.open(db_path, flush_frames=256, flush_interval=60.0)
+    try:
+        await store.create_run(record("flood"))
+        for seq in range(1, 20_001):  # 78 batches' worth, buffered at once
+            store.append_frame("flood", seq, frame("flood", seq))
+        await asyncio.sleep(0)  # the writer has its first batch in flight
+        # A new run's record is written behind at most that one batch, not the whole flood.
+        await store.create_run(record("quiet", created_at=1001.0))
+        assert store.batches_written <= 2
+        # Batches written or in flight before the quiet run's frame comes:
+        ahead = store.batches_written + (store._inflight is not None)
+        store.append_frame("quiet", 1, frame("quiet", 1))
+        await store.flush()
+        # Its frame went with the next batch (round-robin), not after the flood's 19,000 others.
+        first = next(i for i, runs in enumerate(batches) if "quiet" in runs)
+        assert first <= ahead
+        assert len(await store.frames_after("flood", 0)) == 20_000
+    finally:
+        await store.close()
+
+
+async def test_a_finish_never_lands_before_the_frames_of_a_failed_batch(db_path: str) -> None:
+    errors: list[BaseException] = []
+    store = await RunStore.open(db_path, on_error=errors.append, flush_frames=256)
+    await store.create_run(record("r1"))
+    # A real "disk full": the file may not grow; frames need new pages, the finish does not.
+    pages = (await store._call(store_db.select, "PRAGMA page_count"))[0][0]
+    await store._call(lambda conn: conn.execute(f"PRAGMA max_page_count = {pages}"))
+    for seq in range(1, 257):  # exactly one batch: in flight when the finish comes
+        store.append_frame("r1", seq, frame("r1", seq) + b" " * 2000)
+    with pytest.raises(StoreError, match="final status of r1 not written"):
+        await store.finish_run("r1", "completed", b'{"status":"completed"}', 0, 2000.0)
+    assert any("full" in str(e) for e in errors)
+    with structlog.testing.capture_logs() as logs:
+        await store.close()  # never raises: says what it could not write
+    (lost,) = [e for e in logs if e["event"] == "store_unflushed"]
+    assert (lost["frames"], lost["final_statuses"], lost["runs"]) == (256, 1, ["r1"])
+    again = await RunStore.open(db_path)
+    try:
+        rec = await again.get_run("r1")
+        assert rec is not None
+        # Neither landed: the run reads as running (recovery closes it as interrupted), never
+        # "completed" with its frames missing.
+        assert (rec.status, rec.last_seq) == ("running", 0)
+        assert await again.frames_after("r1", 0) == []
+    finally:
+        await again.close()
+
+
+async def test_a_run_past_its_cap_stores_its_first_frames_and_its_closing_ones(
+    db_path: str,
+) -> None:
+    store = await RunStore.open(db_path, max_frames=10, max_bytes=1 << 20)
+    try:
+        await store.create_run(record("r1"))
+        kept = [store.append_frame("r1", seq, frame("r1", seq)) for seq in range(1, 21)]
+        assert kept == [True] * 10 + [False] * 10
+        assert store.not_stored("r1") == 10
+        assert store.append_frame("r1", 21, frame("r1", 21), always=True)
+        await store.finish_run("r1", "completed", b"{}", 0, 2000.0)
+        page = await store.frames_page("r1", 0, 100)
+        assert [seq for seq, _ in page] == [*range(1, 11), 21]
+        assert [seq for seq, _ in await store.frames_page("r1", 5, 3)] == [6, 7, 8]
+        rec = await store.get_run("r1")
+        assert rec is not None
+        assert rec.last_seq == 21
+        # The byte cap likewise.
+        await store.create_run(record("r2", created_at=1001.0))
+        big = b"x" * 400_000
+        assert [store.append_frame("r2", s, big) for s in (1, 2, 3)] == [True, True, False]
+    finally:
+        await store.close()
+
+
+async def test_a_full_disk_is_retried_on_the_timer_not_on_every_new_frame(db_path: str) -> None:
+    errors: list[BaseException] = []
+    store = await RunStore.open(db_path, on_error=errors.append, flush_frames=16)
+    try:
+        await store.create_run(record("r1"))
+        await store._call(lambda conn: conn.execute("PRAGMA query_only = 1"))
+        for seq in range(1, 17):
+            store.append_frame("r1", seq, frame("r1", seq))
+        with structlog.testing.capture_logs() as first, pytest.raises(StoreError):
+            await store.flush()
+        assert [e["event"] for e in first] == ["store_write_failed"]
+        failures = store.write_errors
+        for seq in range(17, 2001):  # 124 batches' worth while the disk is still full
+            store.append_frame("r1", seq, frame("r1", seq))
+        assert store._writer is None  # no write started: the retry waits for its timer
+        assert store.write_errors == failures
+        with structlog.testing.capture_logs() as logs:
+            with pytest.raises(StoreError):
+                await store.flush()  # still full: a second failure, not logged again
+            await store._call(lambda conn: conn.execute("PRAGMA query_only = 0"))
+            await store.flush()
+        assert len(await store.frames_after("r1", 0)) == 2000
+        assert [e["event"] for e in logs] == ["store_write_recovered"]
     finally:
         await store.close()

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from policy.argv import FIXED_FLAGS
+
 API_KEY = "sk-ant-test-dummy"
 
 
@@ -75,18 +77,8 @@ def claude_argv(
     resume: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    argv = [
-        claude_bin,
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--safe-mode",
-        "--permission-prompts",
-        "none",
-        "--permission-mode",
-        mode,
-    ]
+    # The daemon's fixed flags, from their one owner: tests run the CLI the way runs do.
+    argv = [claude_bin, *FIXED_FLAGS, "--permission-mode", mode]
     if resume is not None:
         argv += ["--resume", resume]
     else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from tests.translator.helpers import (
     assistant,
     context,
@@ -85,6 +87,23 @@ def test_stderr_diagnostics_at_powers_of_two_and_the_total_at_the_end() -> None:
     last = [f for f in translator.close(Outcome(reason="exited", exit_code=0), 2.0)]
     assert all(f.__class__.__name__ != "Diagnostic" for f in last)
     assert translator.stderr_seen(20, 3.0) == []
+
+
+def test_frames_not_stored_is_said_at_the_first_and_the_total_at_the_end() -> None:
+    translator = Translator(context(parent_tool_call_id=None))
+    first = translator.frames_not_stored(1, 1.0)
+    assert [(f.code, f.count) for f in first] == [("frames_not_stored", 1)]  # type: ignore[attr-defined]
+    assert translator.frames_not_stored(7, 1.5) == []
+    last = translator.close(Outcome(reason="exited", exit_code=0, frames_not_stored=7), 2.0)
+    totals = [f.count for f in last if f.__class__.__name__ == "Diagnostic"]  # type: ignore[attr-defined]
+    assert totals == [7]
+    assert translator.frames_not_stored(9, 3.0) == []
+    # And in the final result; a run that lost nothing has no such field at all.
+    assert translator.result is not None
+    assert msgspec.json.decode(msgspec.json.encode(translator.result))["frames_not_stored"] == 7
+    other = Translator(context(parent_tool_call_id=None))
+    other.close(Outcome(reason="exited", exit_code=0), 2.0)
+    assert b"frames_not_stored" not in msgspec.json.encode(other.result)
 
 
 def test_close_is_final_and_closes_open_cards_with_the_reason() -> None:

@@ -1,0 +1,620 @@
+"""Frames on Redis Streams: one backend follows a fleet of daemons (DESIGN "Beyond one host").
+
+Keys. Every frame of a run goes to the stream ``<prefix>:run:<run_id>`` under the entry id
+``<seq>-0`` with one field, ``frame`` = the frame's JSON (the bytes of the NDJSON replay). So
+``XREAD … STREAMS <key> <after>-0`` is exactly ``after=``. The XADDs run inside Redis, in
+:data:`APPEND_SCRIPT`, which adds a frame only if it follows on from the stream's top: the
+entries are gapless by construction, and a frame published twice is skipped (publishing is
+idempotent). A run's first and last frames, once added, also add an entry to ``<prefix>:runs``,
+the fleet's index (``run_id``, ``host_id``, ``status`` — ``running`` at the start, the final
+status at the end — and ``invocationId`` when the run has one), trimmed to about
+``maxlen_runs`` runs; an index entry whose pipeline failed midway is looked up in the index
+before it is sent again, so that it too appears once.
+
+Theory of operation. The :class:`Publisher` follows every run through the hub like a subscriber
+whose sink always takes what it is handed (so the hub never waits for it nor drops it): each
+write-out appends the frames, already encoded, to one bounded backlog, in a few list operations
+and without awaiting. One worker task drains the backlog in pipelines of up to :data:`CHUNK`
+frames (one script call per run) over redis-py's asyncio client. A run never waits for Redis,
+and Redis never holds up a subscriber: the only cost on the hot path is that append.
+
+The store is the source of truth. When the backlog is full, when Redis is stopped, slow (a
+socket timeout) or gone, or when a run's frames do not follow on from what was queued, the run
+is marked *behind* and its live frames are no longer queued. Once Redis answers again, the
+worker catches each behind run up: it asks Redis for the stream's last id (``XREVRANGE … COUNT
+1``) and publishes what follows out of the store (``RunStore.frames_after`` also sees frames not
+yet written), until the store has nothing more; in that same step, with no await in between,
+the run's live frames are queued again. Nothing is lost, and a frame sent twice (a pipeline cut
+short, a frame both read from the store and handed out live) is skipped by Redis, not doubled.
+At start-up the worker compares the newest ``maxlen_runs`` runs of the store with their streams
+and catches up those that are behind (a daemon that stopped before Redis had everything). At
+shutdown it catches up what it can within a short grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import socket
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import msgspec
+import structlog
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames
+from daemon.store import RunStore, StoreError
+from daemon.tasks import spawn
+from policy.config import FanoutConfig, fanout_host_id, redacted_url
+
+_log = structlog.get_logger("codelegate.fanout")
+
+BACKLOG_MAX: Final = 200_000  # frames queued for Redis; beyond it runs are filled from the store
+CHUNK: Final = 256  # frames per pipeline: packing them holds the event loop (~5 us a frame)
+GATHER_S: Final = 0.01  # frames wait this long for more to share their pipeline
+SOCKET_TIMEOUT_S: Final = 5.0  # a Redis that does not answer this long counts as gone
+RETRY_MIN_S: Final = 0.05  # backoff between attempts while Redis is unreachable
+RETRY_MAX_S: Final = 2.0
+CLOSE_GRACE_S: Final = 5.0
+STOP_S: Final = 2.0  # then how long stopping the worker and disconnecting may take
+# An unsure index entry is looked for among the index entries added since it was sent, less this
+# margin for the clocks of this host and Redis (entry ids are Redis's milliseconds), at most this
+# many entries.
+UNSURE_MARGIN_MS: Final = 60_000
+UNSURE_SCAN: Final = 10_000  # at shutdown, how long the last frames may take to reach Redis
+
+# Appends frames to one run's stream: ``XADD <key> <seq>-0 frame <json>`` for each frame that
+# follows on from the stream's top; one already there is skipped (published twice), and one
+# after a gap stops the call (the publisher fills the gap from the store). One call carries a
+# run's frames of a pipeline, packed into one argument (``<seq> <length>\n<json>`` each): one
+# argument and one answer per run, not per frame, which is what makes publishing cheap for the
+# daemon's event loop (redis-py packs and parses each argument and answer in Python; see
+# bench/RESULTS.md). Returns {top before, top after}.
+APPEND_SCRIPT: Final = r"""
+local key, blob = KEYS[1], ARGV[1]
+local top = 0
+local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+if last[1] then top = tonumber(string.match(last[1][1], '^%d+')) end
+local before, pos = top, 1
+while pos <= #blob do
+  local _, head, seq, len = string.find(blob, '^(%d+) (%d+)\n', pos)
+  local n = tonumber(seq)
+  if n > top + 1 then break end
+  pos = head + tonumber(len) + 1
+  if n == top + 1 then
+    redis.call('XADD', key, seq .. '-0', 'frame', string.sub(blob, head + 1, pos - 1))
+    top = n
+  end
+end
+return {before, top}
+"""
+_APPEND_SHA: Final = hashlib.sha1(APPEND_SCRIPT.encode(), usedforsecurity=False).hexdigest()
+
+
+class _Head(msgspec.Struct):
+    """What the index needs of a frame (``result`` is a text in tool_result frames)."""
+
+    type: str = ""
+    invocationId: str | None = None
+    result: Any = None
+
+
+_head: Final = msgspec.json.Decoder(_Head)
+
+
+class _IndexEntry(msgspec.Struct, frozen=True):
+    """One run start or end for the index: its XADD arguments, and when it was last sent."""
+
+    run_id: str
+    status: str
+    args: tuple[Any, ...]
+    sent_ms: int = 0
+
+
+class FanoutStats:
+    """Counters for ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.published = 0  # frame entries Redis added
+        self.duplicates = 0  # frames sent again and skipped by Redis as already there
+        self.failed = 0  # frame entries not published (Redis gone or erring): filled in later
+        self.deferred = 0  # frames not queued (backlog full or run behind): sent from the store
+        self.index_entries = 0
+        self.inflight = 0
+        self.backlog = 0
+
+    @property
+    def pending(self) -> int:
+        """Frames queued or being sent."""
+        return self.backlog + self.inflight
+
+
+class _Lost(Exception):
+    """Redis answered a script call with an error (NOSCRIPT after a restart, out of memory…)."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def stream_key(prefix: str, run_id: str) -> str:
+    """The stream of one run's frames."""
+    return f"{prefix}:run:{run_id}"
+
+
+def index_key(prefix: str) -> str:
+    """The fleet's index of run starts and ends."""
+    return f"{prefix}:runs"
+
+
+def seq_of(entry_id: bytes | str) -> int:
+    """The frame seq an entry id carries (``b"12-0"`` → 12)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.partition("-")[0])
+
+
+def connect(fanout: FanoutConfig, *, socket_timeout: float | None = None) -> Redis:
+    """An asyncio client for ``fanout.redis_url`` that fails fast (the publisher retries)."""
+    timeout = SOCKET_TIMEOUT_S if socket_timeout is None else socket_timeout
+    return Redis.from_url(
+        fanout.redis_url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
+
+
+class Publisher:
+    """Publishes every frame the hub hands out to Redis Streams; see the module docstring."""
+
+    def __init__(
+        self,
+        client: Redis,
+        store: RunStore,
+        *,
+        prefix: str,
+        host_id: str,
+        maxlen_runs: int,
+        max_backlog: int | None = None,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self.prefix = prefix
+        self.host_id = host_id
+        self._maxlen_runs = maxlen_runs
+        self._max_backlog = BACKLOG_MAX if max_backlog is None else max_backlog
+        self._index = index_key(prefix)
+        self.stats = FanoutStats()
+        self.connected = False
+        # The hub's view of us: a follower of every run whose sink takes everything at once.
+        self.subscriber = Subscriber(max_queue=1 << 62, name="fanout")
+        self.subscriber.sink = self
+        self._backlog: deque[Delivery] = deque()
+        # Per run: the highest seq queued or published (live frames must follow on from it).
+        self._queued: dict[str, int] = {}
+        # Runs whose stream may lack frames the store has (insertion-ordered set).
+        self._behind: dict[str, None] = {}
+        self._owed: list[_IndexEntry] = []  # index entries to send with the next pipeline
+        # Index entries of a pipeline that failed midway: Redis may have added them (a stopped
+        # Redis runs what it had read once it resumes). Looked up before they are sent again.
+        self._unsure: list[_IndexEntry] = []
+        # Starts of live runs added since Redis last failed: a start owed again is not re-added
+        # (after a failure Redis may have come back empty, and then it is).
+        self._added: set[str] = set()
+        self._scanned = False
+        self._script_loaded = False
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def runs_behind(self) -> int:
+        """Runs whose stream is being (or waits to be) filled from the store."""
+        return len(self._behind)
+
+    # -- the hub's side (never awaits) -----------------------------------------------------
+
+    def ready(self) -> bool:
+        """Always: taking frames is an append to the backlog."""
+        return True
+
+    def write(self, items: list[Item]) -> None:
+        """Frames the hub queued for us (not expected: we take every batch at once)."""
+        self._take(frames(items))
+
+    def write_batch(self, batch: Batch) -> bool:
+        """Take one write-out's frames of a run."""
+        self._take(batch.deliveries)
+        return True
+
+    def _take(self, deliveries: Iterable[Delivery]) -> None:
+        backlog, queued, behind = self._backlog, self._queued, self._behind
+        taken = False
+        for d in deliveries:
+            run_id = d.run_id
+            if run_id in behind:
+                self.stats.deferred += 1
+                continue
+            last = queued.get(run_id, 0)
+            if d.seq <= last:
+                continue  # queued already (handed out again after a catch-up read it)
+            if d.seq != last + 1 or len(backlog) >= self._max_backlog:
+                self._mark_behind(run_id)
+                self.stats.deferred += 1
+                continue
+            backlog.append(d)
+            queued[run_id] = d.seq
+            taken = True
+        if taken:
+            self.stats.backlog = len(backlog)
+            self._idle.clear()
+            self._wake.set()
+
+    def _mark_behind(self, run_id: str) -> None:
+        self._behind[run_id] = None
+        self._idle.clear()
+        self._wake.set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, hub: Hub) -> None:
+        """Follow every run through ``hub`` and start the worker."""
+        hub.follow_all(self.subscriber, (), 0)
+        self._task = spawn(self._work(), name="fanout")
+
+    async def settled(self) -> None:
+        """Wait until Redis holds every frame seen so far (for tests and shutdown)."""
+        await self._idle.wait()
+
+    async def close(self, grace_s: float | None = None) -> None:
+        """Publish what can be published within ``grace_s`` (default :data:`CLOSE_GRACE_S`),
+        then stop and disconnect.
+
+        The hub closed our subscriber before the runs were wound down, so each run not yet
+        complete in Redis is caught up from the store (when Redis answers at all).
+        """
+        grace = CLOSE_GRACE_S if grace_s is None else grace_s
+        for run_id in list(self._queued):
+            self._mark_behind(run_id)
+        if self.connected and grace > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self.settled()
+        # Bounded: a stopped Redis must not hold up the daemon's exit.
+        with contextlib.suppress(TimeoutError, RedisError, OSError):
+            async with asyncio.timeout(STOP_S):
+                if self._task is not None:
+                    self._task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._task
+                await self._client.aclose()
+
+    # -- the worker ------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        delay = RETRY_MIN_S
+        while True:
+            try:
+                if not self._scanned:
+                    await self._scan()
+                    self._scanned = True
+                elif self._backlog or self._owed or self._unsure:
+                    if len(self._backlog) < CHUNK:
+                        # Gather a little first: each pipeline costs the event loop ~100 us
+                        # of redis-py whatever it holds (bench/RESULTS.md).
+                        await asyncio.sleep(GATHER_S)
+                    await self._send_backlog()
+                elif self._behind:
+                    await self._catch_up(next(iter(self._behind)))
+                else:
+                    self._idle.set()
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+            except (RedisError, OSError, _Lost) as exc:
+                if self.connected or delay == RETRY_MIN_S:
+                    _log.warning("fanout_unavailable", error=str(exc)[:200])
+                self.connected = False
+                self._lost()
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            except StoreError as exc:
+                _log.error("fanout_store_read_failed", error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            except Exception as exc:  # a bug here must not end publishing for good
+                _log.exception("fanout_failed", error=repr(exc))
+                self._lost()
+                await asyncio.sleep(RETRY_MAX_S)
+                continue
+            if not self.connected:
+                self.connected = True
+                _log.info("fanout_connected")
+            delay = RETRY_MIN_S
+
+    def _lost(self) -> None:
+        """Redis is unreachable: what is queued is left to the store, its runs marked behind."""
+        for d in self._backlog:
+            self._behind[d.run_id] = None
+        self.stats.failed += len(self._backlog)
+        self._backlog.clear()
+        self._added.clear()
+        self._script_loaded = False  # Redis may come back another (restarted) one
+        self.stats.backlog = 0
+
+    async def _send_backlog(self) -> None:
+        backlog = self._backlog
+        n = min(CHUNK, len(backlog))
+        chunk = [backlog.popleft() for _ in range(n)]
+        self.stats.backlog = len(backlog)
+        try:
+            await self._send(chunk)
+        except (RedisError, OSError):
+            for d in chunk:
+                self._behind[d.run_id] = None
+            raise
+
+    async def _send(self, chunk: Sequence[Delivery]) -> None:
+        """Append ``chunk`` (one script call per run) and the index entries owed, in one
+        pipeline; account for each answer.
+
+        A run's index entries go out only once Redis has added its first (or last) frame, in
+        the next pipeline: a frame sent twice is skipped, and so adds no second entry.
+        """
+        self.stats.inflight = len(chunk)
+        owed: list[_IndexEntry] = []
+        try:
+            if self._unsure:
+                await self._resolve_unsure()
+            if not self._script_loaded:
+                await self._client.script_load(APPEND_SCRIPT)
+                self._script_loaded = True
+            groups: dict[str, list[Delivery]] = {}
+            for d in chunk:
+                groups.setdefault(d.run_id, []).append(d)
+            pipe = self._client.pipeline(transaction=False)
+            owed, self._owed = self._owed, []
+            for entry in owed:
+                pipe.execute_command(*entry.args)
+            prefix = self.prefix
+            for run_id, group in groups.items():
+                blob = b"".join([b"%d %d\n%b" % (d.seq, len(d.data), d.data) for d in group])
+                pipe.execute_command("EVALSHA", _APPEND_SHA, 1, f"{prefix}:run:{run_id}", blob)
+            answers = await pipe.execute(raise_on_error=False)
+        except BaseException:
+            self.stats.failed += len(chunk)
+            # Redis may have run some of it (its answer is what got lost): the index entries
+            # sent, and those of first and last frames sent, are looked up before next time.
+            sent_ms = int(time.time() * 1000)
+            maybe = [e for d in chunk if d.seq == 1 or d.last for e in self._index_entries(d)]
+            self._unsure.extend(msgspec.structs.replace(e, sent_ms=sent_ms) for e in owed)
+            known = {(e.run_id, e.status) for e in self._unsure}
+            known.update((run_id, "running") for run_id in self._added)
+            self._unsure.extend(
+                msgspec.structs.replace(e, sent_ms=sent_ms)
+                for e in maybe
+                if (e.run_id, e.status) not in known
+            )
+            raise
+        finally:
+            self.stats.inflight = 0
+        for entry, answer in zip(owed, answers, strict=False):
+            if isinstance(answer, Exception):
+                _log.warning("fanout_index_failed", error=str(answer)[:200])
+                self._owed.append(entry)  # tried again with the next pipeline
+            else:
+                self.stats.index_entries += 1
+                if entry.status == "running":
+                    self._added.add(entry.run_id)
+                else:
+                    self._added.discard(entry.run_id)  # the run is over
+        lost = None
+        for (run_id, group), answer in zip(groups.items(), answers[len(owed) :], strict=True):
+            if isinstance(answer, Exception):
+                if "NOSCRIPT" in str(answer):
+                    self._script_loaded = False  # Redis restarted (its script cache is empty)
+                self.stats.failed += len(group)
+                self._behind[run_id] = None
+                lost = answer
+                continue
+            before, top = int(answer[0]), int(answer[1])
+            for d in group:
+                if before < d.seq <= top:
+                    self.stats.published += 1
+                    if d.seq == 1 or d.last:
+                        self._owe(self._index_entries(d))
+                elif d.seq <= before:
+                    self.stats.duplicates += 1
+                if d.last and d.seq <= top:
+                    self._forget(run_id, d.seq)
+            if group[-1].seq > top:
+                # The stream lacks frames before these (Redis came back without them): the
+                # script refused to leave a gap, the store fills it.
+                self.stats.deferred += group[-1].seq - top
+                self._behind[run_id] = None
+        if lost is not None:
+            raise _Lost(str(lost))
+
+    def _forget(self, run_id: str, seq: int) -> None:
+        """The run's last frame is in Redis: nothing more will come for it."""
+        if self._queued.get(run_id) == seq and run_id not in self._behind:
+            del self._queued[run_id]
+
+    def _index_entries(self, d: Delivery) -> list[_IndexEntry]:
+        head = _head.decode(d.data)
+        fields: list[Any] = ["run_id", d.run_id, "host_id", self.host_id]
+        if head.invocationId is not None:
+            fields += ["invocationId", head.invocationId]
+        trim = ("XADD", self._index, "MAXLEN", "~", 2 * self._maxlen_runs, "*")
+        entries = []
+        if d.seq == 1:
+            entries.append(_IndexEntry(d.run_id, "running", (*trim, *fields, "status", "running")))
+        if d.last:
+            result = head.result if isinstance(head.result, dict) else {}
+            status = str(result.get("status") or "failed")
+            entries.append(_IndexEntry(d.run_id, status, (*trim, *fields, "status", status)))
+        return entries
+
+    async def _resolve_unsure(self) -> None:
+        """Send again only the index entries Redis does not have (one XRANGE of the index)."""
+        since = min(e.sent_ms for e in self._unsure) - UNSURE_MARGIN_MS
+        found = await self._client.xrange(
+            self._index, min=f"{max(0, since)}", max="+", count=UNSURE_SCAN
+        )
+        there = {
+            (fields.get(b"run_id"), fields.get(b"host_id"), fields.get(b"status"))
+            for _, fields in found or ()
+            if fields
+        }
+        host = self.host_id.encode()
+        unsure, self._unsure = self._unsure, []
+        self._owe(e for e in unsure if (e.run_id.encode(), host, e.status.encode()) not in there)
+
+    def _owe(self, entries: Iterable[_IndexEntry]) -> None:
+        """Queue index entries, once each (a stream refilled from seq 1 owes its start again)."""
+        known = {(e.run_id, e.status) for e in (*self._owed, *self._unsure)}
+        known.update((run_id, "running") for run_id in self._added)
+        for entry in entries:
+            if (entry.run_id, entry.status) not in known:
+                self._owed.append(entry)
+                known.add((entry.run_id, entry.status))
+
+    async def _top(self, run_id: str) -> tuple[int, bool]:
+        """The last seq Redis holds for the run, and whether it is the run's last frame."""
+        entries = await self._client.xrevrange(stream_key(self.prefix, run_id), "+", "-", count=1)
+        if not entries:
+            return 0, False
+        entry_id, fields = entries[0]
+        frame = (fields or {}).get(b"frame") or b"{}"
+        return seq_of(entry_id or b"0"), _head.decode(frame).type == "run_result"
+
+    async def _catch_up(self, run_id: str) -> None:
+        """Fill the run's stream from the store, from the last id Redis holds."""
+        top, ended = await self._top(run_id)
+        while True:
+            stored = await self._store.frames_after(run_id, top)
+            if not stored:
+                # No await since the store answered: from here on live frames follow on.
+                del self._behind[run_id]
+                if ended:
+                    self._queued.pop(run_id, None)
+                else:
+                    self._queued[run_id] = top
+                return
+            for start in range(0, len(stored), CHUNK):
+                page = stored[start : start + CHUNK]
+                chunk = [Delivery(run_id, top + 1 + i, data) for i, data in enumerate(page)]
+                final = chunk[-1]
+                ended = _head.decode(final.data).type == "run_result"
+                if ended:
+                    chunk[-1] = Delivery(run_id, final.seq, final.data, True)
+                await self._send(chunk)
+                top += len(page)
+
+    async def _scan(self) -> None:
+        """At start-up: mark behind the newest runs of the store whose stream lacks frames, and
+        owe the index entries a previous daemon did not get to write.
+
+        A daemon that stops between a run's first (or last) frame and its index entry leaves
+        the stream without that entry; the index (at most about ``2 * maxlen_runs`` entries) is
+        read once to find out. Runs older than its oldest entry were trimmed from it, not lost;
+        an empty (or deleted) index gets the entries of the runs whose streams are there.
+        """
+        records = await self._store.list_runs(self._maxlen_runs)
+        have, oldest_ms = await self._read_index()
+        starts: list[str] = []  # runs whose stream has frame 1 but the index no start
+        for start in range(0, len(records), CHUNK):
+            page = records[start : start + CHUNK]
+            pipe = self._client.pipeline(transaction=False)
+            for rec in page:
+                pipe.xrevrange(stream_key(self.prefix, rec.run_id), "+", "-", count=1)
+            answers = await pipe.execute()
+            for rec, entries in zip(page, answers, strict=True):
+                top = seq_of(entries[0][0]) if entries else 0
+                if rec.last_seq > top:
+                    self._behind[rec.run_id] = None
+                if top == 0 or rec.created_at * 1000 < oldest_ms:
+                    continue  # frame 1 (and its entry) will come with the catch-up, or trimmed
+                if (rec.run_id, "running") not in have:
+                    starts.append(rec.run_id)
+                frame = entries[0][1].get(b"frame", b"")
+                if top == rec.last_seq and _head.decode(frame).type == "run_result":
+                    ends = self._index_entries(Delivery(rec.run_id, top, frame, True))
+                    self._owe(
+                        e
+                        for e in ends
+                        if e.status != "running" and (e.run_id, e.status) not in have
+                    )
+        for start in range(0, len(starts), CHUNK):
+            batch = starts[start : start + CHUNK]
+            pipe = self._client.pipeline(transaction=False)
+            for run_id in batch:
+                pipe.xrange(stream_key(self.prefix, run_id), "-", "+", count=1)
+            for run_id, entries in zip(batch, await pipe.execute(), strict=True):
+                if entries:
+                    first = Delivery(run_id, 1, entries[0][1].get(b"frame", b"{}"))
+                    self._owe(self._index_entries(first))
+        if self._behind or self._owed:
+            _log.info("fanout_catching_up", runs=len(self._behind), index_entries=len(self._owed))
+
+    async def _read_index(self) -> tuple[set[tuple[str, str]], int]:
+        """This host's (run_id, status) entries in the index, and its oldest entry's time (0
+        for an empty index: then every run's entries are owed)."""
+        entries = await self._client.xrange(self._index, "-", "+")
+        if not entries:
+            return set(), 0
+        host = self.host_id.encode()
+        have = {
+            (_text(fields.get(b"run_id", b"")), _text(fields.get(b"status", b"")))
+            for _, fields in entries
+            if fields and fields.get(b"host_id") == host
+        }
+        return have, seq_of(entries[0][0] or b"0")
+
+
+def start_publisher(fanout: FanoutConfig | None, store: RunStore, hub: Hub) -> Publisher | None:
+    """Start publishing when ``[fanout]`` is configured (the app's lifecycle calls this)."""
+    if fanout is None:
+        return None
+    host_id = fanout_host_id(fanout, socket.gethostname())
+    publisher = Publisher(
+        connect(fanout),
+        store,
+        prefix=fanout.stream_prefix,
+        host_id=host_id,
+        maxlen_runs=fanout.maxlen_runs,
+    )
+    publisher.start(hub)
+    _log.info("fanout_started", redis=redacted_url(fanout.redis_url), host_id=host_id)
+    return publisher
+
+
+def probe(fanout: FanoutConfig, timeout_s: float = 3.0) -> str:
+    """``codelegate doctor``: "" when Redis answers PING and XADD is known, else what failed."""
+
+    async def ping() -> str:
+        client = connect(fanout, socket_timeout=timeout_s)
+        try:
+            await client.ping()
+            info = await client.info("server")
+            version = str(info.get("redis_version", "0"))
+            if int(version.partition(".")[0]) < 5:
+                return f"Redis {version} has no streams (5.0 or later is needed)"
+            return ""
+        except (RedisError, OSError, ValueError) as exc:
+            return f"cannot reach Redis at {redacted_url(fanout.redis_url)}: {exc}"
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await client.aclose()
+
+    return asyncio.run(ping())

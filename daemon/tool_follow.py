@@ -1,0 +1,294 @@
+"""Following a run for the ``claude_code`` tool: its NDJSON frames, relayed into Agent IO.
+
+Standard library only, like :mod:`daemon.tool`. The stream is read from a plain Unix socket with
+``select`` so that the caller's Stop is looked at between frames (``http.client`` buffers behind
+the socket, and a timed-out read leaves its file object unusable). The request is HTTP/1.0: the
+daemon then streams the body as it is and closes at the end, no chunking to undo.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+# Frames meant for the daemon's own clients (the final result, counters of bad input): not Agent
+# IO events. The final result comes back to the model as the tool's result instead.
+DAEMON_ONLY: Final = frozenset({"run_result", "diagnostic"})
+CONNECT_TIMEOUT_S: Final = 10.0
+# Once the run is cancelled, how long its "cancelled" result (with the session id) may take.
+CANCEL_WAIT_S: Final = 15.0
+# A follower the daemon closed (it lagged) picks up again with after=; a few times at most.
+_RECONNECTS: Final = 5
+# O Chat's bound for a provider message's text.
+_MESSAGE_CHARS: Final = 16000
+_MAX_LINE: Final = 16 * 1024 * 1024
+_MAX_HEAD: Final = 64 * 1024
+_READ: Final = 256 * 1024
+# ConnectOnion's terminal console renders Rich markup: a "[" in a path or command must not be
+# taken for a tag.
+_RICH_ESCAPE: Final = str.maketrans({"[": "\\["})
+
+
+def follow(
+    path: str,
+    run_id: str,
+    relay: Relay,
+    stop: Callable[[], bool] | None,
+    poll_s: float,
+    cancel: Callable[[str, str], bool],
+) -> dict[str, Any] | None:
+    """Relay the run's frames until ``run_result``; its result, or None if the stream failed."""
+    after = 0
+    give_up_at: float | None = None  # once stopped: how long the cancelled result may take
+    reconnects = 0
+    while reconnects <= _RECONNECTS:
+        try:
+            stream = EventStream(path, run_id, after, CONNECT_TIMEOUT_S)
+        except OSError:
+            return None
+        try:
+            while True:
+                if give_up_at is None and stop is not None and stop():
+                    # Refused only when the run already ended: its result is on the way anyway.
+                    cancel(path, run_id)
+                    give_up_at = time.monotonic() + CANCEL_WAIT_S
+                if give_up_at is not None and time.monotonic() > give_up_at:
+                    return None
+                frames = stream.frames(poll_s)
+                if frames is None:
+                    break  # closed by the daemon (we lagged, or it stops): resume with after=
+                for frame in frames:
+                    seq = frame.get("seq")
+                    if not isinstance(seq, int) or seq <= after:
+                        continue  # a replayed frame we relayed already
+                    after = seq
+                    if frame.get("type") == "run_result":
+                        result = frame.get("result")
+                        return result if isinstance(result, dict) else None
+                    relay.frame(frame)
+        except StreamRefused:
+            return None
+        finally:
+            stream.close()
+        reconnects += 1
+    return None
+
+
+class StreamRefused(Exception):
+    """The daemon answered the events request with an error status."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+
+class EventStream:
+    """``GET /v1/runs/{id}/events?after=N`` over a Unix socket, one frame at a time."""
+
+    def __init__(self, path: str, run_id: str, after: int, connect_timeout: float) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.settimeout(connect_timeout)
+            self._sock.connect(path)
+            request = (
+                f"GET /v1/runs/{run_id}/events?after={after} HTTP/1.0\r\nHost: codelegate\r\n\r\n"
+            )
+            self._sock.sendall(request.encode("ascii"))
+            self._sock.setblocking(False)
+        except BaseException:
+            self._sock.close()
+            raise
+        self._buf = bytearray()
+        self._head = True
+        self._eof = False
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def frames(self, wait_s: float) -> list[dict[str, Any]] | None:
+        """The frames that arrive within ``wait_s`` (maybe none); None once the stream ended."""
+        if self._eof:
+            return None
+        readable, _, _ = select.select([self._sock], [], [], wait_s)
+        if not readable:
+            return []
+        try:
+            data = self._sock.recv(_READ)
+        except BlockingIOError:
+            return []
+        if not data:
+            self._eof = True
+        self._buf += data
+        if self._head and not self._parse_head():
+            return []
+        out = self._lines()
+        if self._eof and not out:
+            return None
+        return out
+
+    def _parse_head(self) -> bool:
+        end = self._buf.find(b"\r\n\r\n")
+        if end < 0:
+            if self._eof or len(self._buf) > _MAX_HEAD:
+                raise StreamRefused(0, bytes(self._buf[:512]))
+            return False
+        head = bytes(self._buf[:end]).decode("latin-1")
+        del self._buf[: end + 4]
+        self._head = False
+        parts = head.split(" ", 2)
+        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        if status != 200:
+            rest = bytes(self._buf)
+            raise StreamRefused(status, rest)
+        return True
+
+    def _lines(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            end = self._buf.find(b"\n")
+            if end < 0:
+                if len(self._buf) > _MAX_LINE:
+                    self._buf.clear()  # not a frame the daemon sends; never grow without bound
+                if self._eof and self._buf:
+                    end = len(self._buf)
+                else:
+                    return out
+            raw = bytes(self._buf[:end])
+            del self._buf[: end + 1]
+            try:
+                frame = json.loads(raw) if raw.strip() else None
+            except ValueError:
+                frame = None
+            if isinstance(frame, dict):
+                out.append(frame)
+
+
+class Relay:
+    """Hands a run's frames to the calling agent's IO, the way ConnectOnion's own tools do.
+
+    With a session: ``agent._record_trace(entry)``, then ``agent.io.send_live_trace(entry)``.
+    The trace is what the hosted Work Room reads (a per-invocation Stop is refused ``not_active``
+    without the invocation in it; a follow-up finds the session to resume there); the live lane
+    shows the cards while the tool still runs. An agent without an IO (a local one) gets a line
+    per card on its console instead.
+    """
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+        session = getattr(agent, "current_session", None)
+        self._session: dict[str, Any] | None = session if isinstance(session, dict) else None
+        record = getattr(agent, "_record_trace", None)
+        self._record = record if callable(record) and self._session is not None else None
+        io = getattr(agent, "io", None)
+        self._io = io
+        live = getattr(io, "send_live_trace", None)
+        self._live = live if callable(live) else None
+        log = getattr(io, "log", None)
+        self._log = log if callable(log) else None
+        printer = getattr(getattr(agent, "logger", None), "print", None)
+        self._print = printer if io is None and callable(printer) else None
+        self._acknowledged = False
+        self.failures = 0
+
+    def frame(self, frame: dict[str, Any]) -> None:
+        """Relay one daemon frame (daemon-only frames are not Agent IO events)."""
+        kind = frame.get("type")
+        if kind in DAEMON_ONLY or not isinstance(kind, str):
+            return
+        try:
+            self._acknowledge()
+            if self._record is not None:
+                self._record(frame)
+                if self._live is not None:
+                    self._live(frame)
+            elif self._log is not None:
+                self._log(kind, **{k: v for k, v in frame.items() if k != "type"})
+            if self._print is not None:
+                self._progress(frame)
+        except Exception:
+            # Showing progress must never lose the run's result: the model still gets it.
+            self.failures += 1
+
+    def prompt(self, run_id: str, text: str, parent: object) -> None:
+        """Show the prompt in the Work Room, as the user's turn (ConnectOnion's tools do too)."""
+        if not isinstance(parent, dict) or not isinstance(parent.get("tool_call_id"), str):
+            return
+        cleaned = text.replace("\x00", "").strip()
+        if not cleaned:
+            return
+        if len(cleaned) > _MESSAGE_CHARS:
+            cleaned = cleaned[: _MESSAGE_CHARS - 1] + "…"
+        session = self._session or {}
+        request_id = session.get("_provider_direct_message_id")
+        # A follow-up's message carries the Host's request id, so the browser can match the
+        # text it sent; a first run's, the run id (stable, unique).
+        key = request_id if isinstance(request_id, str) and request_id else run_id
+        self.frame(
+            {
+                "type": "provider_message",
+                "provider": "claude_code",
+                "invocationId": "claude_code:" + parent["tool_call_id"],
+                "parentToolCallId": parent["tool_call_id"],
+                "messageId": f"user:{key}"[:512],
+                "role": "user",
+                "text": cleaned,
+            }
+        )
+
+    def _acknowledge(self) -> None:
+        """A Work Room follow-up: tell the Host the provider turn started (once)."""
+        if self._acknowledged:
+            return
+        self._acknowledged = True
+        session = self._session
+        send = getattr(self._io, "send", None)
+        if session is None or not callable(send):
+            return
+        request_id = session.get("_provider_direct_message_id")
+        invocation = session.get("_provider_continuation_of")
+        revision = session.get("_provider_direct_state_revision")
+        if not (isinstance(request_id, str) and request_id and isinstance(invocation, str)):
+            return
+        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
+            return
+        send(
+            {
+                "type": "PROVIDER_INPUT_ACK",
+                "requestId": request_id,
+                "invocationId": invocation,
+                "accepted": True,
+                "stateRevision": revision,
+            }
+        )
+        session["_provider_direct_acknowledged"] = True
+
+    def _progress(self, frame: dict[str, Any]) -> None:
+        if self._print is None:
+            return
+        kind = frame["type"]
+        name = str(frame.get("name", ""))
+        if kind == "tool_call":
+            summary = str(frame.get("summary") or "")
+            line = f"  ⎿ {name}" + (f"  {summary}" if summary else "")
+        elif kind == "tool_result":
+            mark = "✓" if frame.get("status") == "completed" else "✗"
+            timing = frame.get("timing_ms")
+            took = f" ({timing / 1000:.1f}s)" if isinstance(timing, int | float) else ""
+            error = frame.get("error")
+            line = f"  {mark} {name}{took}" + (f": {error}" if error else "")
+        elif (
+            kind == "provider_message"
+            and frame.get("role") == "assistant"
+            and isinstance(frame.get("text"), str)
+        ):
+            first = frame["text"].strip().splitlines()
+            line = f"  Claude Code: {first[0][:200]}" if first else ""
+        else:
+            return
+        if line:
+            self._print(line.translate(_RICH_ESCAPE))

@@ -1,0 +1,1 @@
+"""Tests that run what the README says, word for word."""

@@ -1,0 +1,159 @@
+"""Redis stopped, killed, restarted, or down while the daemon itself restarts: the runs go on,
+and Redis ends up with every frame exactly once, filled from the store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+import daemon.fanout
+from policy.config import Config
+from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
+from tests.fanout.conftest import (
+    RedisServer,
+    expected_entries,
+    fanout_config,
+    first_entry,
+    index,
+    metric,
+    publisher,
+    replay,
+    settled,
+    stream,
+)
+from tests.reliability.conftest import CHATTY_CLAUDE, post, wait_done
+
+PARENT = {"tool_call_id": "call_fleet"}  # its provider_invocation is frame 1, before the gate
+
+
+@pytest.fixture
+def config(short_dir: Path, workspace: Path, redis_server: RedisServer) -> Config:
+    """The chatty CLI: it prints nothing after init until its gate file exists."""
+    return fanout_config(short_dir, workspace, redis_server.url, claude=CHATTY_CLAUDE)
+
+
+async def gated_run(d: Daemon, redis: Redis, gate: Path, n: int = 1500) -> str:
+    """A run whose first frame is in Redis and whose bulk waits for ``gate``."""
+    run_id = await post(d, f"chatty n={n} pad=200 gate={gate}\nwork", parent=PARENT)
+    await first_entry(redis, run_id)
+    return run_id
+
+
+async def test_a_stopped_redis_holds_up_no_run_and_misses_nothing(
+    fdaemon: Daemon, redis: Redis, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    run_id = await gated_run(fdaemon, redis, gate)
+    redis_server.pause()
+    try:
+        gate.touch()
+        # While Redis is stopped, the run runs to its end and its replay is whole.
+        state = await wait_done(fdaemon, run_id)
+        assert state["status"] == "completed"
+        lines = await replay(fdaemon, run_id)
+        assert len(lines) > 3000
+        # Its last frames cannot be in Redis yet: queued, in flight, or left to the store.
+        waiting = await metric(fdaemon, "codelegate_fanout_pending")
+        behind = await metric(fdaemon, "codelegate_fanout_runs_behind")
+        assert waiting + behind > 0
+    finally:
+        redis_server.resume()
+    await settled(fdaemon)
+    assert await stream(redis, run_id) == expected_entries(lines)
+    assert [e["status"] for e in await index(redis)] == ["running", "completed"]
+    assert await metric(fdaemon, "codelegate_fanout_pending") == 0
+
+
+@pytest.mark.parametrize(
+    "wipe", [False, True], ids=["redis-keeps-its-data", "redis-comes-back-empty"]
+)
+async def test_a_redis_killed_and_restarted_mid_run_gets_every_frame_once(
+    fdaemon: Daemon, redis: Redis, redis_server: RedisServer, tmp_path: Path, wipe: bool
+) -> None:
+    gate = tmp_path / "gate"
+    run_id = await gated_run(fdaemon, redis, gate)
+    redis_server.kill(wipe=wipe)
+    gate.touch()
+    assert (await wait_done(fdaemon, run_id))["status"] == "completed"
+    lines = await replay(fdaemon, run_id)
+    await asyncio.to_thread(redis_server.start)
+    await settled(fdaemon)
+    assert await stream(redis, run_id) == expected_entries(lines)
+    # One start and one end, also when the start entry was there before the kill.
+    assert [e["status"] for e in await index(redis)] == ["running", "completed"]
+
+
+async def test_a_daemon_restarted_catches_up_the_runs_redis_missed(
+    config: Config, tmp_path: Path, redis_server: RedisServer, redis: Redis
+) -> None:
+    first = await start_daemon(config, tmp_path)
+    try:
+        redis_server.kill()
+        runs = [await post(first, f"chatty n={n} pad=50\nwork") for n in (10, 300)]
+        lines = {}
+        for run_id in runs:
+            await wait_done(first, run_id)
+            lines[run_id] = await replay(first, run_id)
+    finally:
+        await stop_daemon(first)  # Redis is gone: these frames are only in the store
+    await asyncio.to_thread(redis_server.start)
+    second = await start_daemon(config, tmp_path)  # the same store
+    try:
+        await settled(second)
+        for run_id in runs:
+            assert await stream(redis, run_id) == expected_entries(lines[run_id])
+        assert sorted((e["run_id"], e["status"]) for e in await index(redis)) == sorted(
+            (run_id, status) for run_id in runs for status in ("running", "completed")
+        )
+    finally:
+        await stop_daemon(second)
+
+
+async def test_a_daemon_stopped_while_redis_was_stopped_is_caught_up_by_the_next_one(
+    config: Config,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    redis: Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(daemon.fanout, "CLOSE_GRACE_S", 0.2)
+    gate = tmp_path / "gate"
+    first = await start_daemon(config, tmp_path)
+    try:
+        run_id = await gated_run(first, redis, gate)  # frame 1 is in Redis
+        redis_server.pause()
+        gate.touch()
+        assert (await wait_done(first, run_id))["status"] == "completed"
+        lines = await replay(first, run_id)
+    finally:
+        await stop_daemon(first)  # Redis stopped: it cannot have the rest
+    redis_server.resume()  # it may still run what the first daemon had sent
+    second = await start_daemon(config, tmp_path)  # the same store
+    try:
+        await settled(second)
+        assert await stream(redis, run_id) == expected_entries(lines)
+        assert [e["status"] for e in await index(redis)] == ["running", "completed"]
+    finally:
+        await stop_daemon(second)
+
+
+async def test_a_run_caught_up_from_the_store_goes_on_live_after_its_catch_up(
+    fdaemon: Daemon, redis: Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pub = publisher(fdaemon)
+    gate = tmp_path / "gate"
+    monkeypatch.setattr(pub, "_max_backlog", 0)  # no room: frame 1 is left to the store
+    run_id = await gated_run(fdaemon, redis, gate)
+    await settled(fdaemon)  # caught up: the run is no longer behind
+    assert pub.stats.deferred == 1
+    monkeypatch.setattr(pub, "_max_backlog", daemon.fanout.BACKLOG_MAX)
+    gate.touch()
+    assert (await wait_done(fdaemon, run_id))["status"] == "completed"
+    await settled(fdaemon)
+    lines = await replay(fdaemon, run_id)
+    assert await stream(redis, run_id) == expected_entries(lines)
+    assert pub.stats.deferred == 1  # everything after frame 1 went live, none from the store
+    assert [e["status"] for e in await index(redis)] == ["running", "completed"]
