@@ -38,6 +38,9 @@ def bound_units(text: str, limit: int) -> str:
     return _fit(text, bound_chars(text, limit), limit, bound_chars)
 
 
-def clean_units(text: str, limit: int) -> str:
-    """Redacted, then bounded to ``limit`` UTF-16 units (assistant text, card summaries)."""
-    return _fit(text, clean_chars(text, limit), limit, clean_chars)
+def clean_units(text: str, limit: int, clean: Callable[[str, int], str] = clean_chars) -> str:
+    """Redacted, then bounded to ``limit`` UTF-16 units (assistant text, card summaries).
+
+    ``clean`` redacts and bounds in characters: the run's redactor's, which knows its secrets.
+    """
+    return _fit(text, clean(text, limit), limit, clean)
