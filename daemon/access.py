@@ -1,26 +1,46 @@
 """Who may talk to the daemon: SO_PEERCRED on the Unix socket, a bearer token on TCP.
 
 Unix peers are checked against ``[server] allowed_uids`` / ``allowed_gids`` (empty lists: the
-daemon's own uid only). TCP requests must carry ``Authorization: Bearer <token>`` (compared in
-constant time) and, when a browser sends an ``Origin``, that origin must be listed in
-``allowed_origins`` — a page on another site must not drive runs through a local listener.
+daemon's own uid only), and a peer that is a process of a run is refused whatever its uid: a
+command a run executes has the daemon's uid, and through the API it could start runs in any
+root with any allowed mode (widening its own policy), cancel or read every other run. TCP
+requests must carry ``Authorization: Bearer <token>`` (compared in constant time) and, when a
+browser sends an ``Origin``, that origin must be listed in ``allowed_origins`` — a page on
+another site must not drive runs through a local listener.
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 import os
+import platform
+import signal
 import socket
 import struct
-from typing import Final
+import weakref
+from typing import Any, Final
 
 from aiohttp import web
 
+from daemon import cgroups, procs
 from policy.config import ServerConfig
 
 _UCRED: Final = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
 
 Refusal = tuple[int, str, str]
+
+# How far up its parent chain a peer is followed. A client's chain is a handful deep (terminal,
+# shell, client); a longer one is not told apart, and is refused for the daemon's uid.
+MAX_ANCESTORS: Final = 64
+# SO_PEERPIDFD (Linux 6.5+) is not in the socket module; its number is the generic one, which
+# these machines use (others have their own numbers: no pidfd there, see _peer_pidfd).
+_SO_PEERPIDFD: Final = 77
+_GENERIC_SOCKOPTS: Final = platform.machine() in ("x86_64", "aarch64", "riscv64", "i686")
+
+# One verdict per Unix connection: the peer's credentials are those of its connect() and do not
+# change, and walking /proc on every request of a kept-alive connection would be wasted work.
+_verdicts: weakref.WeakKeyDictionary[Any, Refusal | None] = weakref.WeakKeyDictionary()
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -42,14 +62,83 @@ def _supplementary_groups(pid: int) -> set[int]:
     return set()
 
 
-def unix_peer_allowed(sock: socket.socket, server: ServerConfig) -> bool:
+def ids_allowed(pid: int, uid: int, gid: int, server: ServerConfig) -> bool:
     """Whether the peer's uid or one of its groups is allowed."""
-    pid, uid, gid = peer_credentials(sock)
     if not server.allowed_uids and not server.allowed_gids:
         return uid == os.getuid()
     if uid in server.allowed_uids or gid in server.allowed_gids:
         return True
     return bool(server.allowed_gids) and bool(_supplementary_groups(pid) & set(server.allowed_gids))
+
+
+def run_signal(pid: int) -> str | None:
+    """What says ``pid`` is a process of a run ("run marker", "run cgroup", "descendant of the
+    daemon"), or None. OSError when the process cannot be inspected or its ancestry is not
+    resolved (deeper than MAX_ANCESTORS, an ancestor that vanished meanwhile).
+
+    Ancestry is the proof (see ``procs.run_ancestry``: it holds for ``env -i``, ``setsid`` and
+    double forks, as long as the daemon is a child subreaper); the marker (cheap, but a run can
+    scrub it) and the run cgroup (where runs get one) also catch a process of a run of another
+    daemon of the same uid, and orphans of a daemon that could not become a subreaper.
+    """
+    if procs.carries_a_marker(pid):
+        return "run marker"
+    if cgroups.in_a_run_cgroup(pid):
+        return "run cgroup"
+    descends = procs.run_ancestry(pid, MAX_ANCESTORS)
+    if descends is None:
+        raise OSError(errno.ELOOP, f"the ancestry of pid {pid} is not resolved")
+    return "descendant of the daemon" if descends else None
+
+
+def _peer_pidfd(sock: socket.socket) -> int | None:
+    """A pidfd of the peer that connected (it pins that process, whatever its pid becomes), or
+    None where the kernel has none. OSError when the peer is gone already."""
+    if not _GENERIC_SOCKOPTS:
+        return None
+    try:
+        return int(sock.getsockopt(socket.SOL_SOCKET, _SO_PEERPIDFD))
+    except OSError as exc:
+        if exc.errno == errno.ENOPROTOOPT:  # before Linux 6.5
+            return None
+        raise
+
+
+def _still_alive(pidfd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except PermissionError:  # another uid's process: alive, not ours to signal
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def unix_refusal(sock: socket.socket, server: ServerConfig) -> Refusal | None:
+    """None when the Unix peer may proceed; else (status, code, message)."""
+    pid, uid, gid = peer_credentials(sock)
+    if not ids_allowed(pid, uid, gid, server):
+        return (403, "peer_not_allowed", "this user may not use the daemon's socket")
+    if pid == os.getpid():  # the daemon itself (in-process clients, tests)
+        return None
+    try:
+        pidfd = _peer_pidfd(sock)
+        try:
+            why = run_signal(pid)
+            # /proc was read by pid: if the peer has been reaped meanwhile, what was read may
+            # belong to a process that got its pid since, so nothing read can be trusted.
+            if pidfd is not None and not _still_alive(pidfd):
+                raise ProcessLookupError(pid)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+    except OSError:
+        if uid != os.getuid():
+            return None  # another allowed uid, its /proc hidden from us: runs have our uid
+        return (403, "peer_unknown", "cannot tell whether the peer is a process of a run")
+    if why is not None:
+        return (403, "peer_is_a_run", f"a run's processes may not use the daemon ({why})")
+    return None
 
 
 def bearer_ok(header: str | None, token: bytes | None) -> bool:
@@ -72,9 +161,9 @@ def check_access(request: web.Request, server: ServerConfig, token: bytes | None
     if sock is None:
         return (403, "peer_unknown", "cannot identify the peer")
     if sock.family == socket.AF_UNIX:
-        if unix_peer_allowed(sock, server):
-            return None
-        return (403, "peer_not_allowed", "this user may not use the daemon's socket")
+        if transport not in _verdicts:
+            _verdicts[transport] = unix_refusal(sock, server)
+        return _verdicts[transport]
     if not bearer_ok(request.headers.get("Authorization"), token):
         return (401, "unauthorized", "send Authorization: Bearer <token>")
     origin = request.headers.get("Origin")

@@ -48,13 +48,29 @@ def _cgroup2_mount() -> str | None:
 
 def _own_cgroup() -> str | None:
     try:
-        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("0::"):
-                    return line[3:].strip()
+        return _cgroup_of("self")
     except OSError:
-        pass
+        return None
+
+
+def _cgroup_of(pid: int | str) -> str | None:
+    """The cgroup v2 path of ``pid`` (``/proc/<pid>/cgroup``'s ``0::`` line); OSError when the
+    process is gone or hidden."""
+    with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("0::"):
+                return line[3:].strip()
     return None
+
+
+def in_a_run_cgroup(pid: int) -> bool:
+    """Whether ``pid`` is in a run's cgroup (of any run; at any depth below it, where a run
+    made cgroups of its own). OSError when the process cannot be inspected.
+
+    A signal, not a proof: a run's process has the uid that owns the delegated subtree, so it
+    could move itself out; the daemon's ancestry check does not depend on this."""
+    path = _cgroup_of(pid) or ""
+    return any(part.startswith(_PREFIX) for part in path.split("/"))
 
 
 def _delegated_by_systemd(path: str) -> bool:

@@ -266,10 +266,43 @@ def _children() -> list[int]:
 
 def _has_any_marker(pid: int) -> bool:
     try:
-        environ = _read_environ(pid)
+        return carries_a_marker(pid)
     except OSError:
         return False
-    return (b"\0" + environ).find(b"\0" + RUN_MARKER_VAR.encode() + b"=") >= 0
+
+
+def carries_a_marker(pid: int) -> bool:
+    """Whether ``pid``'s environment carries a run marker (of any run); OSError when it cannot
+    be read (gone, or another uid's)."""
+    return (b"\0" + _read_environ(pid)).find(b"\0" + RUN_MARKER_VAR.encode() + b"=") >= 0
+
+
+def run_ancestry(pid: int, limit: int) -> bool | None:
+    """Whether ``pid`` descends from this process through a session other than ours: True, it
+    is a process of a run; False, it is not; None when its chain is deeper than ``limit`` or an
+    ancestor vanished while we looked.
+
+    Every run starts in a session of its own, sessions are inherited and no process can join
+    one it did not start (``setsid`` only makes a new one), so a process of a run is never in
+    our session; and since we are a child subreaper, a run's orphans (``setsid`` and double
+    forks included) are re-parented to us, so they stay our descendants. A descendant in our
+    own session is something this process started itself (a test's client, ``claude
+    --version``), not a run. OSError when ``pid`` itself is gone.
+    """
+    fields = _stat_fields(pid)
+    if fields is None:
+        raise ProcessLookupError(pid)
+    me, session = os.getpid(), fields[2]
+    for _ in range(limit):
+        parent = fields[1]
+        if parent == me:
+            return session != os.getsid(0)
+        if parent <= 1:  # init, or a parent outside our pid namespace: not ours
+            return False
+        fields = _stat_fields(parent)
+        if fields is None:
+            return None
+    return None
 
 
 async def reap_orphans_forever(interval: float = 1.0) -> None:

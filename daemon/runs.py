@@ -41,7 +41,7 @@ from policy.launch import (
     resolve_workspace,
 )
 from policy.request import RunRequest
-from translator import Outcome, RunContext, Translator
+from translator import Outcome, Redactor, RunContext, Translator
 from translator.frames import (
     Diagnostic,
     Frame,
@@ -220,7 +220,9 @@ class RunManager:
             resumed=resumed,
             parent_tool_call_id=ctx.parent_tool_call_id,
             created_at=now,
-            translator=Translator(ctx, self._limits),
+            # The run's redactor knows the credentials policy passes to this CLI: it masks them
+            # in frames, in the stderr tail and in what the run logs.
+            translator=Translator(ctx, self._limits, Redactor(plan.secrets)),
             plan=plan,
         )
         # From here on nothing awaits: a caller that hangs up cannot leave a half-started run.
@@ -341,7 +343,7 @@ class RunManager:
             outcome = Outcome(reason="cancelled")
             raise
         except Exception as exc:
-            _log.exception("run_supervision_failed", error=repr(exc))
+            _log.exception("run_supervision_failed", error=run.translator.redactor.text(repr(exc)))
             run.stopping = run.stopping or "cancelled"  # drop whatever the process still says
             if run.child is not None:
                 await run.child.terminate(self.config.policy.cancel_grace_s)
@@ -378,10 +380,12 @@ class RunManager:
                 stdin=plan.stdin,
                 run_id=run.run_id,
                 stderr_lines=self.config.limits.stderr_lines,
+                redactor=run.translator.redactor,
             )
         except SpawnError as exc:
-            _log.warning("spawn_failed", error=str(exc))
-            return Outcome(reason="spawn_failed", stderr_tail=str(exc)[:2000])
+            error = run.translator.redactor.clean_chars(str(exc), 2000)
+            _log.warning("spawn_failed", error=error)
+            return Outcome(reason="spawn_failed", stderr_tail=error)
         run.child = child
         if run.stopping is not None:  # cancelled while spawning
             spawn(self._terminate(run, child), name=f"terminate:{run.run_id}")
@@ -409,8 +413,8 @@ class RunManager:
             reason=run.stopping or "exited",
             exit_code=status.exit_code,
             signal=status.signal,
-            # Redacted by the supervisor; bounded here, for the result and the log.
-            stderr_tail=child.stderr_tail()[-STDERR_TAIL_CHARS:],
+            # Redacted by the supervisor as one text, then cut: for the result and the log.
+            stderr_tail=child.stderr_tail(STDERR_TAIL_CHARS),
         )
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:

@@ -325,6 +325,8 @@ async def serve(config: Config, *, drain_s: float = DRAIN_S) -> int:
     """Run the daemon until SIGTERM/SIGINT; returns the process exit code."""
     if become_subreaper():
         _log.info("subreaper", enabled=True)
+    else:  # orphans of runs then go to pid 1: out of the ancestry that tells a run's processes
+        _log.warning("subreaper_unavailable", hint="a run's orphans are told by cgroup or marker")
     raise_nofile_limit(config.server)
     try:
         handle = await start_server(config, activation=True)

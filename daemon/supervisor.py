@@ -8,7 +8,8 @@ sweep runs after a normal exit: nothing a run started outlives it.
 
 stdout is handed out as raw chunks: splitting lines is the translator's ``LineSplitter`` job, so
 an oversized line costs a bounded buffer, never a crash. stderr is drained all the time (a child
-blocked on a full stderr pipe would hang the run) into a bounded ring of redacted lines.
+blocked on a full stderr pipe would hang the run) into a bounded ring of lines, which are
+redacted as one text when the tail is taken (a secret spread over lines is masked whole).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -26,7 +28,7 @@ from daemon import procs
 from daemon.cgroups import RunCgroup
 from daemon.procs import become_subreaper, reap_orphans, reap_orphans_forever
 from policy.environment import RUN_MARKER_VAR
-from translator.redact import redact_text
+from translator.redact import PLAIN, Redactor
 
 __all__ = [
     "RUN_MARKER_VAR",
@@ -132,6 +134,7 @@ class ChildProcess:
         eof_grace: float,
         on_stderr_line: Callable[[int], None] | None,
         cgroup: RunCgroup | None,
+        redactor: Redactor = PLAIN,
     ) -> None:
         self.pid = proc.pid
         self.cgroup = cgroup
@@ -140,7 +143,11 @@ class ChildProcess:
         self._proc = proc
         self._transport = transport
         self._protocol = protocol
-        self._ring: collections.deque[str] = collections.deque(maxlen=max(1, stderr_lines))
+        # Raw lines (and whether each was cut), in memory only: redacted when the tail is taken.
+        self._ring: collections.deque[tuple[str, bool]] = collections.deque(
+            maxlen=max(1, stderr_lines)
+        )
+        self._redactor = redactor
         self._eof_grace = eof_grace
         self._on_stderr_line = on_stderr_line
         self._status: ExitStatus | None = None
@@ -162,6 +169,7 @@ class ChildProcess:
         eof_grace: float = 2.0,
         on_stderr_line: Callable[[int], None] | None = None,
         cgroup: bool = True,
+        redactor: Redactor = PLAIN,
     ) -> ChildProcess:
         """Start ``argv`` in a new session, write ``stdin`` and close it.
 
@@ -171,6 +179,7 @@ class ChildProcess:
         of its own where a delegated cgroup v2 subtree is available (see ``daemon.cgroups``).
         ``cwd`` is the workspace as policy resolved it: it is opened without following symbolic
         links and the child starts in the directory so opened (:func:`pin_directory`).
+        ``redactor`` (the run's: it knows the credentials in ``env``) cleans the stderr tail.
         Raises :class:`SpawnError` if the program cannot start.
         """
         if env.get(RUN_MARKER_VAR) != run_id:
@@ -195,6 +204,7 @@ class ChildProcess:
                 eof_grace=eof_grace,
                 on_stderr_line=on_stderr_line,
                 cgroup=cgroup,
+                redactor=redactor,
             )
         finally:
             os.close(cwd_fd)
@@ -212,6 +222,7 @@ class ChildProcess:
         eof_grace: float,
         on_stderr_line: Callable[[int], None] | None,
         cgroup: bool,
+        redactor: Redactor,
     ) -> ChildProcess:
         run_cgroup = RunCgroup.create(run_id) if cgroup else None
         launch = list(argv)
@@ -250,6 +261,7 @@ class ChildProcess:
             eof_grace=eof_grace,
             on_stderr_line=on_stderr_line,
             cgroup=run_cgroup,
+            redactor=redactor,
         )
         child._spawn_task(child._feed_stdin(stdin), "stdin")
         child._spawn_task(child._drain_stderr(), "stderr")
@@ -300,10 +312,10 @@ class ChildProcess:
 
     def _keep_line(self, raw: bytes, cut: bool) -> None:
         text = raw.decode("utf-8", "replace")
-        if cut or len(text) > STDERR_LINE_CHARS:
-            text = text[:STDERR_LINE_CHARS] + " …[cut]"
-        # Redact each line as it arrives so no raw secret sits in the ring.
-        self._ring.append(redact_text(text))
+        # Kept raw: a line redacted alone would miss what spans lines (the body of a PEM key),
+        # and a line redacted after its cut would miss a token the cut went through.
+        cut = cut or len(text) > STDERR_LINE_CHARS
+        self._ring.append((text[:STDERR_LINE_CHARS], cut))
         self.stderr_lines_seen += 1
         if self._on_stderr_line is not None:
             self._on_stderr_line(self.stderr_lines_seen)
@@ -349,9 +361,10 @@ class ChildProcess:
         if self._after_exit is not None:
             await asyncio.shield(self._after_exit)
 
-    def stderr_tail(self) -> str:
-        """The last stderr lines (bounded ring), redacted."""
-        return redact_text("\n".join(self._ring))
+    def stderr_tail(self, limit: int = sys.maxsize) -> str:
+        """The last ``limit`` characters of the kept stderr lines: redacted as one text, then
+        cut (so a cut never leaves part of a secret that redaction would have seen whole)."""
+        return self._redactor.clean_lines(self._ring, limit)
 
     async def wait(self) -> ExitStatus:
         """Wait for the CLI process itself to exit (not for its stragglers)."""

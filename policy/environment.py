@@ -143,6 +143,40 @@ def child_environment(
     return env
 
 
+# Variables whose values are credentials: the daemon masks these exact values (and their
+# encodings) wherever a run's output carries them, whatever their shape.
+SECRET_VARS: Final = frozenset(
+    {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_BEARER_TOKEN_BEDROCK",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    }
+)
+# An operator's pass_env variable with one of these in its name is taken for a credential too.
+_SECRET_NAME_WORDS: Final = ("TOKEN", "SECRET", "PASSW", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
+
+
+def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of ``env`` (a child environment) that are credentials, sorted, no empty ones."""
+    return tuple(
+        sorted(
+            {
+                value
+                for name, value in env.items()
+                if value
+                and (
+                    name in SECRET_VARS or any(word in name.upper() for word in _SECRET_NAME_WORDS)
+                )
+            }
+        )
+    )
+
+
 def auth_variables_present(config: Config, parent_env: Mapping[str, str]) -> list[str]:
     """Names (never values) of the authentication variables a run would get, for ``doctor``."""
     names = set(AUTH_VARS)

@@ -14,7 +14,7 @@ import msgspec
 
 from policy.argv import build_argv
 from policy.config import Config
-from policy.environment import RUN_MARKER_VAR, child_environment
+from policy.environment import RUN_MARKER_VAR, child_environment, secret_values
 from policy.errors import BAD_REQUEST, BUDGET_TOO_HIGH, MODEL_NOT_ALLOWED, PolicyError
 from policy.modes import CliMode, Mode, OChatMode, RequestMode, resolve_mode
 from policy.request import RunRequest
@@ -51,6 +51,8 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     resumed: bool
     model: str | None = None
     max_budget_usd: float | None = None
+    # The credentials among ``env``'s values: the daemon masks them in all of the run's output.
+    secrets: tuple[str, ...] = ()
 
 
 def check_model(config: Config, requested: str | None) -> str | None:
@@ -108,6 +110,7 @@ def plan_launch(
     # launching anyway could continue a session nobody asked for.
     if resumed != (request.resume is not None) or (resumed and request.resume != session_id):
         raise ValueError("session_id/resumed do not match request.resume")
+    env = child_environment(config, parent_env, marker=marker)
     return LaunchPlan(
         argv=build_argv(
             config,
@@ -118,7 +121,7 @@ def plan_launch(
             max_budget_usd=budget,
         ),
         cwd=cwd,
-        env=child_environment(config, parent_env, marker=marker),
+        env=env,
         stdin=request.task.encode("utf-8", "surrogatepass"),
         mode=mode.request,
         cli_mode=mode.cli,
@@ -127,4 +130,5 @@ def plan_launch(
         resumed=resumed,
         model=model,
         max_budget_usd=budget,
+        secrets=secret_values(env),
     )

@@ -7,7 +7,7 @@ from translator.core import Card, Translator
 from translator.frames import FinalResult, Frame, decode_frame, encode_frame, frame_id
 from translator.lines import LineSplitter
 from translator.outcome import Limits, Outcome, RunContext
-from translator.redact import clean_text, redact_text, redact_value
+from translator.redact import Redactor, clean_text, redact_text, redact_value
 from translator.transcript import translate_chunks, translate_transcript
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Limits",
     "LineSplitter",
     "Outcome",
+    "Redactor",
     "RunContext",
     "Translator",
     "clean_text",

@@ -30,15 +30,11 @@ from translator.frames import (
     ToolResult,
     frame_id,
 )
-from translator.outcome import Limits, RunContext
+from translator.outcome import NAME_CHARS, Limits, RunContext
 from translator.patch import creation_diff, unified_diff
 from translator.redact import (
+    Redactor,
     bound_text,
-    clean_chars,
-    clean_flat,
-    clean_text,
-    clean_value,
-    redact_text,
 )
 from translator.review import Review
 from translator.summary import (
@@ -92,10 +88,11 @@ class Card:
         started: float,
         args: object,
         changed: str | None,
+        tool_id: str | None = None,
     ) -> None:
         self.use_id = use_id
         self.tool = tool
-        self.tool_id = TOOL_PREFIX + use_id
+        self.tool_id = tool_id or TOOL_PREFIX + use_id
         self.name = NAME_PREFIX + tool
         self.parent_tool_id = parent_tool_id
         self.kind: ActivityKind = activity_kind(tool)
@@ -138,6 +135,7 @@ class CardRules:
     tools_completed: int
     tools_failed: int
     _run_id: str
+    redactor: Redactor
     _now: float
     _out: list[Frame]
     _cards: dict[str, Card]
@@ -154,6 +152,9 @@ class CardRules:
     _message_ids: dict[str, None]
     _streaming: dict[str | None, StreamedText]
     _count: Callable[..., None]
+    _said: Callable[..., str]
+    _tool_id: Callable[[str], str]
+    _tool_ids: dict[str, str]
     _dispatch: Callable[[wire.Line], None]
     _frame: Callable[..., None]
 
@@ -169,8 +170,8 @@ class CardRules:
             if kind == "tool_use":
                 use_id = block.id
                 if use_id and use_id not in self._seen:
-                    # A tool's name is short; bounded anyway, as it goes into every frame.
-                    tool = (block.name or _UNKNOWN_TOOL)[:128]
+                    # The model chooses the name: it goes into every frame of the card.
+                    tool = self._said(block.name or _UNKNOWN_TOOL, NAME_CHARS)
                     self._open(use_id, tool, block.input, parent)
                 elif use_id:
                     card = self._cards.get(use_id)
@@ -191,9 +192,12 @@ class CardRules:
         self, use_id: str, tool: str, raw_args: object, parent: str | None, partial: bool = False
     ) -> None:
         self._seen.add(use_id)
-        card = Card(use_id, tool, TOOL_PREFIX + parent if parent else None, self._now, None, None)
+        card = Card(use_id, tool, self._tool_id(parent) if parent else None, self._now, None, None)
         card.partial = partial
-        self._set_args(card, raw_args)
+        if self._set_args(card, raw_args):
+            # The same screen found nothing to mask in the id either: it is its own frame id.
+            self._tool_ids[use_id] = TOOL_PREFIX + use_id
+        card.tool_id = self._tool_id(use_id)
         self._cards[use_id] = card
         self.tools_started += 1
         if self._invocation is not None:
@@ -217,23 +221,34 @@ class CardRules:
             self._activity(card, "running")  # the row learns its file
         self._call(card)
 
-    def _set_args(self, card: Card, raw_args: object) -> None:
+    def _set_args(self, card: Card, raw_args: object) -> bool:
+        """The card's cleaned args (and changed file); True when the screen that passed them
+        found nothing to mask in the card's id either."""
         limits = self.limits
+        redactor = self.redactor
+        use_id = card.use_id
         args: object = (
-            clean_flat(raw_args, limits.arg_bytes, limits.items) if type(raw_args) is dict else None
+            redactor.clean_flat(raw_args, limits.arg_bytes, limits.items, use_id)
+            if type(raw_args) is dict and len(use_id) <= NAME_CHARS
+            else None
         )
+        screened = args is not None
         if args is None:
-            args = clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
+            args = redactor.clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
-            args = _shrink_args(args, limits.arg_bytes)
+            args = _shrink_args(redactor, args, limits.arg_bytes)
         card.args = args
         tool = card.tool
-        card.changed = changed_path(tool, raw_args, self.ctx.cwd)
+        changed = changed_path(tool, raw_args, self.ctx.cwd)
+        # From the raw input (the cleaned args may be cut), so redacted here: it goes into
+        # files_changed and the activity's files.
+        card.changed = self._said(changed) if changed is not None else None
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
             if isinstance(content, str):
                 card.content = content[: 2 * limits.result_bytes]
+        return screened
 
     def _call(self, card: Card) -> None:
         limits = self.limits
@@ -317,11 +332,13 @@ class CardRules:
         card = self._cards.get(use_id)
         if card is not None:
             card.denied = reason
-        tool_id = TOOL_PREFIX + use_id
+        tool_id = self._tool_id(use_id)
         if tool_id not in self._denials:
             self._denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
-                name=wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL),
+                name=self._said(
+                    wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL)
+                ),
                 input=card.args if card else None,
             )
 
@@ -337,6 +354,7 @@ class CardRules:
             usage = wire.task_usage(event.usage)
             description = wire.text(event.description)
             last_tool = wire.text(event.last_tool_name)
+            last_tool = self._said(last_tool) if last_tool else None
             self._progress(
                 card,
                 usage.duration_ms if usage.duration_ms is not None else self._elapsed(card),
@@ -348,7 +366,7 @@ class CardRules:
             if self._invocation is None:
                 uses = usage.tool_uses
                 done = f"{uses} tool use{'s' if uses != 1 else ''}" if uses else ""
-                last = f"last: {last_tool[:128]}" if last_tool else ""
+                last = f"last: {last_tool}" if last_tool else ""
                 self._update(card, " · ".join(filter(None, (description, done, last))))
             return
         if not card.background:
@@ -389,6 +407,7 @@ class CardRules:
     ) -> None:
         del self._cards[card.use_id]
         limits = self.limits
+        redactor = self.redactor
         if ok:
             self.tools_completed += 1
             if card.changed is not None:
@@ -413,11 +432,13 @@ class CardRules:
                 tool_id=card.tool_id,
                 name=card.name,
                 status="completed" if ok else "failed",
-                result=clean_text(text, limits.result_bytes),
+                result=redactor.clean_text(text, limits.result_bytes),
                 timing_ms=max(int((self._now - card.started) * 1000), 0),
-                error=clean_chars(error, limits.error_chars) if error is not None else None,
+                error=redactor.clean_chars(error, limits.error_chars)
+                if error is not None
+                else None,
                 error_type=error_type,
-                diff=clean_text(diff, limits.result_bytes) if diff is not None else None,
+                diff=redactor.clean_text(diff, limits.result_bytes) if diff is not None else None,
                 parent_tool_id=card.parent_tool_id,
             )
         )
@@ -431,7 +452,9 @@ class CardRules:
             tool_id=card.tool_id,
             name=card.name,
             elapsed_ms=max(elapsed_ms, 0),
-            summary=clean_units(summary, self.limits.summary_chars) if summary else None,
+            summary=clean_units(summary, self.limits.summary_chars, self.redactor.clean_chars)
+            if summary
+            else None,
             **counters,
         )
 
@@ -447,7 +470,7 @@ class CardRules:
             tool_id=card.tool_id,
             name=card.name,
             status="in_progress",
-            result=clean_text(text, self.limits.result_bytes),
+            result=self.redactor.clean_text(text, self.limits.result_bytes),
             parent_tool_id=card.parent_tool_id,
         )
 
@@ -459,7 +482,8 @@ class CardRules:
         # replaces what was streamed.
         streamed = self._streaming.pop(parent, None) if self._streaming else None
         message_id = streamed.message_id if streamed is not None else self._message_id()
-        self._message_frame(message_id, clean_units(text, self.limits.text_chars), parent)
+        text = clean_units(text, self.limits.text_chars, self.redactor.clean_chars)
+        self._message_frame(message_id, text, parent)
         task = self._cards.get(parent) if parent is not None else None
         if task is not None:
             self._update(task, text)  # a subagent's words, on its Task card
@@ -492,7 +516,7 @@ class CardRules:
             return
         if block.type == "tool_use":
             if block.id and block.id not in self._seen:
-                tool = (block.name or _UNKNOWN_TOOL)[:128]
+                tool = self._said(block.name or _UNKNOWN_TOOL, NAME_CHARS)
                 self._open(block.id, tool, {}, parent, partial=True)
         elif block.type == "text":
             self._streaming[parent] = StreamedText(self._message_id(), parent, event.index)
@@ -509,7 +533,9 @@ class CardRules:
         settled = so_far[: max(0, *(so_far.rfind(space) for space in _SPACES))].rstrip()
         if not settled:
             return
-        text = clean_units(_close_quotes(settled), self.limits.text_chars)
+        redactor = self.redactor
+        settled = _close_quotes(settled, redactor.text)
+        text = clean_units(settled, self.limits.text_chars, redactor.clean_chars)
         if text != streamed.sent:
             streamed.sent, streamed.sent_at = text, self._now
             self._message_frame(streamed.message_id, text, streamed.parent, partial=True)
@@ -519,7 +545,7 @@ class CardRules:
         streamed = self._streaming.pop(parent)
         text = "".join(streamed.chunks)
         if text.strip():
-            text = clean_units(text, self.limits.text_chars)
+            text = clean_units(text, self.limits.text_chars, self.redactor.clean_chars)
             self._message_frame(streamed.message_id, text, streamed.parent)
 
     def _message_frame(
@@ -539,7 +565,7 @@ class CardRules:
                 role="assistant",
                 messageId=message_id,
                 text=text,
-                parent_tool_id=TOOL_PREFIX + parent if parent else None,
+                parent_tool_id=self._tool_id(parent) if parent else None,
                 partial=partial,
             )
         )
@@ -556,11 +582,11 @@ class CardRules:
             title=title,
             summary=summary,
             # The only per-row detail O Chat shows: file names (it keeps at most 8 of 128 chars).
-            files=_file_names(changed),
+            files=_file_names(changed, self.redactor.clean_chars),
         )
 
 
-def _close_quotes(text: str) -> str:
+def _close_quotes(text: str, redact: Callable[[str], str]) -> str:
     """``text`` redacted as if its last line's open quotes were closed.
 
     A quoted secret (``password = "two words"``) is masked whole only once its closing quote
@@ -571,14 +597,14 @@ def _close_quotes(text: str) -> str:
     closer = ('"' if line.count('"') % 2 else "") + ("'" if line.count("'") % 2 else "")
     if not closer:
         return text
-    red = redact_text(text + closer)
+    red = redact(text + closer)
     return red.removesuffix(closer)
 
 
-def _file_names(changed: str | None) -> list[str] | None:
+def _file_names(changed: str | None, clean: Callable[[str, int], str]) -> list[str] | None:
     # Basenames: a row is no place for the workspace's layout, nor for an absolute path.
     name = posixpath.basename(changed.rstrip("/")) if changed else ""
-    return [clean_chars(name, 128)] if name else None
+    return [clean(name, 128)] if name else None
 
 
 def _result_text(content: list[wire.Part] | None) -> str:
@@ -594,10 +620,10 @@ def _tool_use_result(raw: msgspec.Raw) -> wire.ToolUseResult | None:
         return None  # a string, or a shape of another tool: no details
 
 
-def _shrink_args(args: object, limit: int) -> object:
+def _shrink_args(redactor: Redactor, args: object, limit: int) -> object:
     # Too big even with each string bounded: shorter strings first, then the JSON text itself.
     for cap in (limit // 4, limit // 16, 64):
-        smaller = clean_value(args, string_bytes=cap, depth=4, items=16)
+        smaller = redactor.clean_value(args, string_bytes=cap, depth=4, items=16)
         if len(_args_encoder.encode(smaller)) <= limit:
             return smaller
     # Then the JSON text itself, as a string (escaping makes its encoding longer: shrink to fit).

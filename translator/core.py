@@ -30,11 +30,21 @@ from translator.frames import (
     frame_id,
 )
 from translator.lines import LineSplitter
-from translator.outcome import Limits, Outcome, RunContext, final_result, invocation_end
+from translator.outcome import (
+    NAME_CHARS,
+    Limits,
+    Outcome,
+    RunContext,
+    final_result,
+    invocation_end,
+)
+from translator.redact import PLAIN, Redactor
 from translator.review import Review
 
 __all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
 
+# The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
+_SAID_CHARS: Final = 1024
 # O Chat drops invocation frames whose ids do not match this (chat-item-mapper.ts).
 _AGENT_IO_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}")
 _END_ERROR_TYPES: Final[dict[str, ErrorType]] = {
@@ -61,10 +71,16 @@ _PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 class Translator(CardRules):
     """The state machine of one run. See the module docstring and PLAN's interface."""
 
-    def __init__(self, ctx: RunContext, limits: Limits | None = None) -> None:
+    def __init__(
+        self, ctx: RunContext, limits: Limits | None = None, redactor: Redactor | None = None
+    ) -> None:
         self.ctx = ctx
         self._run_id = ctx.run_id
         self.limits = limits = limits or Limits()
+        # The run's redactor: it knows the credentials the daemon passed to this run's CLI.
+        self.redactor = redactor or PLAIN
+        self._said_cache: dict[str, str] = {}
+        self._tool_ids: dict[str, str] = {}  # the CLI's tool_use id -> the frames' tool_id
         self.seq = 0
         self.session_id: str | None = ctx.session_id
         self.result: FinalResult | None = None
@@ -197,12 +213,16 @@ class Translator(CardRules):
 
     @classmethod
     def restore(
-        cls, ctx: RunContext, frames: Iterable[Frame], limits: Limits | None = None
+        cls,
+        ctx: RunContext,
+        frames: Iterable[Frame],
+        limits: Limits | None = None,
+        redactor: Redactor | None = None,
     ) -> Translator:
         """A translator in the state the stored ``frames`` of a run leave (daemon restart)."""
         from translator.restore import restore_into
 
-        translator = cls(ctx, limits)
+        translator = cls(ctx, limits, redactor)
         restore_into(translator, frames)
         return translator
 
@@ -363,7 +383,37 @@ class Translator(CardRules):
             errorSummary=error,
         )
 
+    def _said(self, text: str, limit: int = _SAID_CHARS) -> str:
+        """A short string the CLI or the model chose (a tool name, a path, a session id), as a
+        frame may carry it: every such string goes through here."""
+        said = self._said_cache.get(text)
+        if said is not None:
+            return said
+        said = self.redactor.clean_chars(text, limit)
+        # Tool names repeat on every call: remember the short ones, which no bound cuts (so the
+        # answer is the same whatever the limit).
+        if len(said) <= NAME_CHARS and len(text) <= NAME_CHARS and len(self._said_cache) < 1024:
+            self._said_cache[text] = said
+        return said
+
+    def _tool_id(self, use_id: str) -> str:
+        """The frame id of the CLI's tool call ``use_id``: redacted like any string it chose, and
+        still one id per call (two masked ids must not name the same card)."""
+        tool_id = self._tool_ids.get(use_id)
+        if tool_id is not None:  # a parent, asked for by each line of its subagent
+            return tool_id
+        if len(use_id) <= NAME_CHARS and not self.redactor.screen(use_id.lower()):
+            said = use_id  # the common case: nothing to mask, nothing to cut
+        else:
+            said = self.redactor.clean_chars(use_id, _SAID_CHARS)
+            if said != use_id:
+                said += f".{len(self._tool_ids) + 1}"
+        # Like _seen, one entry per tool call of the run.
+        self._tool_ids[use_id] = tool_id = TOOL_PREFIX + said
+        return tool_id
+
     def _session(self, session_id: str | None) -> None:
+        session_id = self._said(session_id) if session_id else None
         if not session_id or session_id == self._cli_session:
             return
         self._cli_session = session_id

@@ -8,10 +8,14 @@ import msgspec
 
 from translator import wire
 from translator.frames import FinalResult, InvocationStatus, PermissionDenial, RunStatus, ToolCounts
-from translator.redact import bound_text, clean_chars, clean_text, clean_value
+from translator.redact import Redactor, bound_text
 
 if TYPE_CHECKING:
     from translator.core import Translator
+
+
+# A tool's name is short; bounded anyway, as it goes into every frame of its card.
+NAME_CHARS: Final = 128
 
 
 class RunContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,12 +119,12 @@ def _decode_errors(raw: msgspec.Raw) -> list[str]:
         return []
 
 
-def _usage(raw: msgspec.Raw, limit: int) -> dict[str, Any] | None:
+def _usage(redactor: Redactor, raw: msgspec.Raw, limit: int) -> dict[str, Any] | None:
     try:
         usage = _usage_decoder.decode(raw)
     except msgspec.MsgspecError:
         return None
-    cleaned: dict[str, Any] = clean_value(usage, string_bytes=256, depth=3, items=32)
+    cleaned: dict[str, Any] = redactor.clean_value(usage, string_bytes=256, depth=3, items=32)
     return cleaned if len(msgspec.json.encode(cleaned)) <= limit else None
 
 
@@ -133,12 +137,16 @@ def _denials(t: Translator) -> list[PermissionDenial]:
         except msgspec.MsgspecError:
             listed = []
         for denial in listed:
-            tool_id = "claude:" + (denial.tool_use_id or "")
-            if denial.tool_use_id and tool_id not in denials:
+            if not denial.tool_use_id:
+                continue
+            tool_id = t._tool_id(denial.tool_use_id)
+            if tool_id not in denials:
                 denials[tool_id] = PermissionDenial(
                     tool_id=tool_id,
-                    name=denial.tool_name or "unknown",
-                    input=clean_value(denial.tool_input, string_bytes=t.limits.arg_bytes // 4),
+                    name=t._said(denial.tool_name or "unknown", NAME_CHARS),
+                    input=t.redactor.clean_value(
+                        denial.tool_input, string_bytes=t.limits.arg_bytes // 4
+                    ),
                 )
     return list(denials.values())[: t.limits.denials]
 
@@ -146,6 +154,7 @@ def _denials(t: Translator) -> list[PermissionDenial]:
 def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
     """The run's one result: last ``result`` line, outcome, cards (PLAN "Final status rules")."""
     limits = t.limits
+    redactor = t.redactor
     last = t.last_result
     changes, commands, commands_omitted = t.review.evidence(limits.final_result_bytes)
     if outcome.reason in _STOPPED:
@@ -161,13 +170,13 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
         status=status,
         session_id=t.session_id,
         resumed=t.ctx.resumed,
-        result=clean_text(last.result or "", limits.final_result_bytes) if last else "",
-        error=clean_chars(error, limits.error_chars) if error else None,
+        result=redactor.clean_text(last.result or "", limits.final_result_bytes) if last else "",
+        error=redactor.clean_chars(error, limits.error_chars) if error else None,
         exit_code=outcome.exit_code,
         num_turns=last.num_turns if last else None,
         duration_ms=last.duration_ms if last else max(int((now - t.ctx.started_at) * 1000), 0),
         total_cost_usd=last.total_cost_usd if last else None,
-        usage=_usage(last.usage, 4096) if last else None,
+        usage=_usage(redactor, last.usage, 4096) if last else None,
         permission_denials=_denials(t),
         tools=ToolCounts(
             started=t.tools_started, completed=t.tools_completed, failed=t.tools_failed
@@ -176,17 +185,17 @@ def final_result(t: Translator, outcome: Outcome, now: float) -> FinalResult:
         changes=changes,
         commands=commands,
         commands_omitted=commands_omitted,
-        stderr=_stderr(outcome, limits.stderr_chars) if status != "completed" else None,
+        stderr=(_stderr(redactor, outcome, limits.stderr_chars) if status != "completed" else None),
         frames_not_stored=outcome.frames_not_stored or msgspec.UNSET,
     )
     return _fit(result, limits.final_result_bytes)
 
 
-def _stderr(outcome: Outcome, limit: int) -> str | None:
-    # The last lines say why a process died; the daemon already redacted them, and cleaning
-    # again keeps this module's own guarantee whoever built the outcome.
+def _stderr(redactor: Redactor, outcome: Outcome, limit: int) -> str | None:
+    # The last lines say why a process died; the daemon already redacted them as one text, and
+    # cleaning again keeps this module's own guarantee whoever built the outcome.
     tail = outcome.stderr_tail.strip()
-    return clean_chars(tail[-limit:], limit) if tail else None
+    return redactor.clean_chars(tail[-limit:], limit) if tail else None
 
 
 def _fit(result: FinalResult, limit: int) -> FinalResult:

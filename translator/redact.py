@@ -9,13 +9,22 @@ Two rules hold whatever the input, and are property-tested:
 Cuts fall on UTF-8 boundaries and leave a marker that starts with ``[`` and says how much was cut.
 The marker and the mask ``[redacted]`` cannot begin a credential-shaped value (values never start
 with ``[``), which is what keeps redaction idempotent on cut output.
+
+Shapes are what any text may hold; a :class:`Redactor` adds the exact values a run is known to
+hold (the credentials the daemon passes to the CLI), with their base64, hex, JSON- and
+URL-escaped forms, whatever their shape. The module-level functions are those of the redactor
+that knows no values.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import re
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from typing import Any, Final
+from urllib.parse import quote
 
 MASK: Final = "[redacted]"
 
@@ -36,6 +45,7 @@ _SECRET_KEY_PARTS: Final = (
     "accesskey",
     "signingkey",
     "sessionkey",
+    "accountkey",
 )
 _SECRET_KEYS_EXACT: Final = frozenset({"auth", "pwd", "jwt", "bearer", "xauth"})
 _NON_ALNUM: Final = re.compile(r"[^a-z0-9]")
@@ -64,21 +74,22 @@ def is_secret_key(key: str) -> bool:
 
 
 # NAME=value / NAME: value / "NAME": "value" (env dumps, .env, YAML, JSON text) with a
-# credential keyword in NAME. An "Authorization: Bearer x" header is one secret, scheme included.
-# A quoted value is masked whole; a bare one up to a space or quote; it never starts with "["
-# (see the module docstring).
-_VALUE: Final = (
-    r"""[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*(?:(?:bearer|basic|token)\s+)?+"""
-    r"""(?:"([^"\n]*)"|'([^'\n]*)'|["']?([^\s"',;\[][^\s"',;]*))"""
+# credential keyword in NAME, also JSON-escaped (``{\"api_key\": \"…\"}`` in a Write's
+# content, a diff, ``cat`` of a JSON string). An "Authorization: Bearer x" header is one secret,
+# scheme included. A quoted value is masked whole; a bare one up to a space or quote; it never
+# starts with "[" (see the module docstring).
+_VALUE_ONLY: Final = (
+    r"""[ \t]*(?:(?:bearer|basic|token)\s+)?+"""
+    r"""(?:\\*"([^"\n\\]*)\\*"|'([^'\n]*)'|\\*["']?([^\s"',;\[\\][^\s"',;]*))"""
 )
+_VALUE: Final = r"""[a-z0-9_.-]*\\*["']?[ \t]*[=:]""" + _VALUE_ONLY
 _KEYWORDS: Final = (
     "token(?!s)",  # "input_tokens" is a counter, not a secret
     "secret",
     "pass(?:w(?:or)?d|phrase)",
     "api[_-]?key",
     "private[_-]?key",
-    "access[_-]?key",
-    "auth(?:[_-]?key|orization)",
+    "acc(?:ess|ount)[_-]?key",  # AccountKey=…: Azure connection strings
     "credentials?",
     "cookie",
 )
@@ -86,20 +97,29 @@ _KEYWORDS: Final = (
 # that the regex engine skips ahead on a set of first characters; a branch starting with a group
 # or an assertion would make it try every position (checks that need one are done in
 # ``_spans``). The masked part is the branch's group when it has one, else the whole match.
+# Branches with the same first letters share one (each branch costs a test wherever the text
+# has its first letter).
 _SECRET_SOURCE: Final = "|".join(
     (
         *(keyword + _VALUE for keyword in _KEYWORDS),
+        # auth_key / authorization as names, and a JSON "auth" key (docker's config.json),
+        # not "author".
+        r"auth(?:(?:[_-]?key|orization)" + _VALUE + r"""|\\*["'][ \t]*:""" + _VALUE_ONLY + ")",
         r"bearer\s+([a-z0-9._~+/-]{8,}=*)",
-        # A PEM private key: the whole block (to the end of the text when it was cut off).
-        r"-----begin[a-z ]{0,40} private key-----"
-        r"(?:.*?-----end[a-z ]{0,40} private key-----|.*)",
+        # A URL's userinfo (postgres://u:p@h/db, https://x:token@github.com): all of it, since
+        # a token may stand where the user name does. Up to the last "@" before the host.
+        r"://([^\s/?#\[]+)@",
+        # A PEM or PGP private key: the whole block (to the end of the text when it was cut off).
+        r"-----begin[a-z ]{0,40} private key(?: block)?-----"
+        r"(?:.*?-----end[a-z ]{0,40} private key(?: block)?-----|.*)",
         r"sk-ant-[a-z0-9_-]{8,}",
         r"sk-[a-z0-9_-]{20,}",  # not after a letter or digit (checked in _spans)
         r"gh[pousr]_[a-z0-9]{16,}",
         r"github_pat_[a-z0-9_]{16,}",
         r"xox[abprs]-[a-z0-9-]{10,}",
-        r"akia[a-z0-9]{16}",  # upper case in the text (checked in _spans)
-        r"asia[a-z0-9]{16}",
+        # AWS key ids, upper case in the text, and Google API keys, "AIza" in the text (both
+        # checked in _spans).
+        r"a(?:[ks]ia[a-z0-9]{16}|iza[a-z0-9_-]{35})",
         r"eyj[a-z0-9_-]{8,}\.[a-z0-9_-]{8,}\.[a-z0-9_-]*",
     )
 )
@@ -110,15 +130,19 @@ _SECRET_ANYCASE: Final = re.compile(_SECRET_SOURCE, re.DOTALL | re.IGNORECASE)
 
 _LITERALS: Final = re.compile(
     "token|secret|pass|key|auth|credential|cookie|bearer|-----begin|sk-|gh|github_pat_|xox"
-    "|akia|asia|eyj"
+    "|akia|asia|eyj|aiza"
+    r"|://[^\s/?#\[]+@"  # a URL with userinfo, not every URL
 )
 
 
 def _may_hold_a_secret(low: str) -> bool:
-    # Every pattern above needs one of these literals, and most texts hold none. On short texts
-    # a chain of ``in`` is the cheapest test; on long ones, one regex pass over them is.
-    # ("key" covers every *key name, "auth" authorization, "sk-" sk-ant-.)
-    if len(low) > 1024:
+    # Every pattern above needs one of these literals, and most texts hold none. A chain of
+    # ``in`` is the cheapest test (measured in instructions, on texts of every length a frame
+    # holds: about 20 % fewer than one regex pass); on texts far past any bound, that a chain
+    # would read from memory 20 times, one regex pass is.
+    # ("key" covers every *key name, "auth" authorization, "sk-" sk-ant-; a URL has userinfo
+    # only with an "@".)
+    if len(low) > 1 << 16:
         return _LITERALS.search(low) is not None
     return (
         "token" in low
@@ -137,6 +161,8 @@ def _may_hold_a_secret(low: str) -> bool:
         or "akia" in low
         or "asia" in low
         or "eyj" in low
+        or "aiza" in low
+        or ("://" in low and "@" in low)
     )
 
 
@@ -154,6 +180,8 @@ def _spans(text: str, low: str) -> list[tuple[int, int]]:
             start, end = match.span()
             head = low[start : start + 4]
             if head in ("akia", "asia") and not text[start:end].isupper():
+                continue
+            if head == "aiza" and not text.startswith("AIza", start):
                 continue
             # A generic sk- key must stand alone; sk-ant- keys are distinctive enough anywhere.
             glued = start and text[start - 1].isalnum() and not low.startswith("sk-ant-", start)
@@ -182,23 +210,244 @@ def redact_text(text: str) -> str:
     return "".join(out)
 
 
-def redact_value(value: Any) -> Any:
-    """A copy of a JSON-shaped value with secret keys masked at any depth and strings redacted."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, dict):
-        out: dict[Any, Any] = {}
+# --- known values --------------------------------------------------------------------------------
+
+# A shorter value cannot be told from ordinary text: masking it everywhere would garble output
+# and hide nothing a guess would not find.
+MIN_KNOWN_CHARS: Final = 8
+
+
+def known_forms(values: Iterable[str]) -> frozenset[str]:
+    """Every form of ``values`` a text may carry: as is, JSON- and URL-escaped, hex, base64.
+
+    Base64 is taken at each of the three alignments a value can have inside a longer encoded
+    text (``Basic`` auth of ``user:token``, a config file dumped as base64), keeping only the
+    characters that depend on the value alone: whatever surrounds it, those appear.
+    """
+    forms: set[str] = set()
+    for value in values:
+        if len(value) < MIN_KNOWN_CHARS:
+            continue
+        raw = value.encode("utf-8", "surrogatepass")
+        found = {
+            value,
+            json.dumps(value)[1:-1],
+            json.dumps(value, ensure_ascii=False)[1:-1],
+            quote(value, safe=""),
+            raw.hex(),
+            raw.hex().upper(),
+        }
+        for pad in range(3):
+            encoded = base64.b64encode(b"\0" * pad + raw).decode()
+            # Characters whose 6 bits all come from the value: from bit 8*pad to 8*(pad+n).
+            inner = encoded[-(-8 * pad // 6) : (8 * pad + 8 * len(raw)) // 6]
+            found.add(inner)
+            found.add(inner.replace("+", "-").replace("/", "_"))
+        # A form inside the mask itself would make masking grow without end.
+        forms.update(form for form in found if len(form) >= MIN_KNOWN_CHARS and form not in MASK)
+    return frozenset(forms)
+
+
+class Redactor:
+    """Redaction and bounds for one run: the shapes above plus the exact values it knows.
+
+    Built once per run (the forms of the known values are computed here, not per text); with no
+    known value it is exactly the module-level functions. ``text`` and ``screen`` are the two
+    calls every other method goes through.
+    """
+
+    __slots__ = ("_keys", "_known", "_lens", "_lows", "screen", "text")
+
+    def __init__(self, known: Iterable[str] = ()) -> None:
+        forms = known_forms(known)
+        self._keys: dict[str, tuple[str, bool]] = {}
+        # Shortest first: a text is looked through only for the forms that fit in it (most texts
+        # are shorter than any credential, and cost one comparison).
+        self._lows = tuple(sorted({form.lower() for form in forms}, key=lambda f: (len(f), f)))
+        self._lens = tuple(len(form) for form in self._lows)
+        # Longest first, so that a value is masked whole rather than by a shorter form in it.
+        ordered = sorted(forms, key=lambda form: (-len(form), form))
+        self._known = re.compile("|".join(map(re.escape, ordered))) if forms else None
+        # Plain functions in instance slots: no method binding on the hot path.
+        self.text: Callable[[str], str] = self._text_known if forms else redact_text
+        self.screen: Callable[[str], bool] = self._screen_known if forms else _may_hold_a_secret
+
+    def _screen_known(self, low: str) -> bool:
+        """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
+        # A loop, not any(): this runs on every text, and a generator costs more than the test.
+        if _may_hold_a_secret(low):
+            return True
+        for form in self._lows[: bisect_right(self._lens, len(low))]:  # noqa: SIM110
+            if form in low:
+                return True
+        return False
+
+    def _text_known(self, text: str) -> str:
+        low = text.lower()
+        for form in self._lows[: bisect_right(self._lens, len(low))]:
+            if form in low:
+                break
+        else:
+            return redact_text(text)
+        known = self._known
+        assert known is not None  # noqa: S101 - set whenever this method is
+        # A mask next to text can complete a known value that holds "[" or "]": mask again
+        # until nothing changes; what never settles is masked whole.
+        for _ in range(4):
+            again = redact_text(known.sub(MASK, text))
+            if again == text:
+                return text
+            text = again
+        return MASK
+
+    def value(self, value: Any) -> Any:
+        """A copy of a JSON-shaped value with secret keys masked at any depth, strings redacted."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if isinstance(key, str):
+                    if is_secret_key(key):
+                        out[self.text(key)] = MASK
+                        continue
+                    key = self.text(key)
+                out[key] = self.value(item)
+            return out
+        if isinstance(value, list | tuple):
+            return [self.value(item) for item in value]
+        return value
+
+    def clean_text(self, text: str, limit: int) -> str:
+        """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
+        # The common case first, in as few calls as possible: short, and nothing to mask.
+        if len(text) * 4 <= limit and not self.screen(text.lower()):
+            return text
+        redact = self.text
+        precut = limit + _MARGIN
+        if len(text) <= precut:
+            return bound_text(redact(text), limit, settle=redact)
+        # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
+        # character is at least a byte). A secret cut off at the end of the head might be too
+        # short to be recognised: the head's last characters are dropped after redaction.
+        red = redact(text[:precut])[:-_UNSURE]
+        raw_len = len(text.encode("utf-8", "surrogatepass"))
+        dropped = raw_len - len(red.encode("utf-8", "surrogatepass"))
+        return bound_text(red, limit, dropped=dropped, settle=redact)
+
+    def clean_chars(self, text: str, limit: int) -> str:
+        """Redacted, then bounded to ``limit`` characters (assistant text, card titles)."""
+        redact = self.text
+        precut = limit + _MARGIN
+        if len(text) <= precut:
+            red = redact(text)
+            return red if len(red) <= limit else bound_chars(red, limit, settle=redact)
+        red = redact(text[:precut])[:-_UNSURE]
+        return bound_chars(red, limit, dropped=len(text) - len(red), settle=redact)
+
+    def clean_lines(self, lines: Iterable[tuple[str, bool]], limit: int) -> str:
+        """The last ``limit`` characters of ``(line, was_cut)`` pairs joined as one text (stderr).
+
+        The lines are redacted as one text, so that a secret spread over lines (a PEM key) is
+        masked whole, and only then cut. A line that was cut lost its end: a secret the cut went
+        through may be too short to be recognised, so its last characters are dropped after
+        redaction (as :meth:`clean_text` does), and it ends with ``" …[cut]"``.
+        """
+        # A cut is marked so that redaction cannot take it for part of a value: after a newline
+        # (no bare or quoted value spans one) and "[" (no value starts with one), with a NUL no
+        # line keeps (the daemon never passes a NUL in a value, so no known value holds one).
+        text = "\n".join(
+            line.replace("\0", "\ufffd") + _LINE_CUT if cut else line.replace("\0", "\ufffd")
+            for line, cut in lines
+        )
+        red = _UNSURE_BEFORE_CUT.sub(" …[cut]", self.text(text))
+        return red[-limit:] if limit > 0 else ""
+
+    def clean_flat(
+        self, value: dict[Any, Any], string_bytes: int, items: int, also: str = ""
+    ) -> dict[Any, Any] | None:
+        """``value`` itself when cleaning would not change it, else None (then use clean_value).
+
+        The fast path for tool arguments, mostly a few short strings under known keys: one
+        screen over all the strings at once instead of a full walk. A value returned also
+        means that redaction would not change ``also`` (the call's id, screened in the same
+        pass).
+        """
+        if len(value) > items:
+            return None
+        keys = self._keys
+        texts: list[str] = [also]
         for key, item in value.items():
-            if isinstance(key, str):
-                if is_secret_key(key):
-                    out[redact_text(key)] = MASK
-                    continue
-                key = redact_text(key)
-            out[key] = redact_value(item)
-        return out
-    if isinstance(value, list | tuple):
-        return [redact_value(item) for item in value]
-    return value
+            known = keys.get(key) if type(key) is str else None
+            if known is None or known[1] or known[0] != key:
+                return None  # a key not seen yet, a secret key, or one that redaction changes
+            kind = type(item)
+            if kind is str:
+                if len(item) * 4 > string_bytes:
+                    return None
+                texts.append(item)
+            elif not (item is None or kind is bool or kind is int or kind is float):
+                return None
+        # Joined on newlines, which no literal of the screen contains: a miss stays a miss.
+        if self.screen("\n".join(texts).lower()):
+            return None
+        return value
+
+    def clean_value(self, value: Any, *, string_bytes: int, depth: int = 6, items: int = 64) -> Any:
+        """:meth:`value` and bounds in one walk (tool arguments, usage).
+
+        Strings are cut to ``string_bytes``, nesting to ``depth`` and containers to ``items``
+        entries (an over-full one keeps ``items - 1`` plus a marker, so cleaning twice changes
+        nothing).
+        """
+        return self._clean(value, string_bytes, depth, items)
+
+    def _learn_key(self, key: str) -> tuple[str, bool]:
+        # Keys repeat (every Bash call has "command"): each distinct key is judged once.
+        known = (self.text(key), is_secret_key(key))
+        if len(self._keys) < _KEY_CACHE_MAX:
+            self._keys[key] = known
+        return known
+
+    def _clean(self, value: Any, string_bytes: int, depth: int, items: int) -> Any:
+        kind = type(value)
+        if kind is str:
+            return self.clean_text(value, string_bytes)
+        if kind is dict:
+            if depth <= 0:
+                return f"[...{len(value)} keys cut]"
+            out: dict[Any, Any] = {}
+            over = len(value) > items
+            clean_text = self.clean_text
+            for n, (key, item) in enumerate(value.items()):
+                if over and n == items - 1:
+                    out["..."] = f"[...{len(value) - n} keys cut]"
+                    break
+                if type(key) is str:
+                    known = self._keys.get(key)
+                    if known is None:
+                        known = self._learn_key(key)
+                    key, secret = known
+                    if secret:
+                        out[key] = MASK
+                        continue
+                # Tool arguments are mostly flat: strings and scalars without a call each.
+                if type(item) is str:
+                    out[key] = clean_text(item, string_bytes)
+                elif item is None or type(item) is bool or type(item) is int:
+                    out[key] = item
+                else:
+                    out[key] = self._clean(item, string_bytes, depth - 1, items)
+            return out
+        if kind is list or kind is tuple:
+            if depth <= 0:
+                return f"[...{len(value)} items cut]"
+            kept = value[: items - 1] if len(value) > items else value
+            out_list = [self._clean(item, string_bytes, depth - 1, items) for item in kept]
+            if len(value) > items:
+                out_list.append(f"[...{len(value) - len(kept)} items cut]")
+            return out_list
+        return value
 
 
 # --- bounds --------------------------------------------------------------------------------------
@@ -207,6 +456,8 @@ def redact_value(value: Any) -> Any:
 # How far past a bound a text is redacted before it is cut, and how much of that is dropped.
 _MARGIN: Final = 512
 _UNSURE: Final = 256
+_LINE_CUT: Final = "\n[\0]"
+_UNSURE_BEFORE_CUT: Final = re.compile(rf"[^\n]{{0,{_UNSURE}}}\n\[\0\]")
 
 
 def cut_marker(cut_bytes: int) -> str:
@@ -276,113 +527,10 @@ def bound_chars(
     return kept + marker if len(kept) + len(marker) <= limit else kept
 
 
-def clean_text(text: str, limit: int) -> str:
-    """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
-    # The common case first, in as few calls as possible: short, and nothing to mask.
-    if len(text) * 4 <= limit and not _may_hold_a_secret(text.lower()):
-        return text
-    precut = limit + _MARGIN
-    if len(text) <= precut:
-        return bound_text(redact_text(text), limit, settle=redact_text)
-    # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
-    # character is at least a byte). A secret cut off at the end of the head might be too short
-    # to be recognised: the head's last characters are dropped after redaction.
-    red = redact_text(text[:precut])[:-_UNSURE]
-    dropped = len(text.encode("utf-8", "surrogatepass")) - len(red.encode("utf-8", "surrogatepass"))
-    return bound_text(red, limit, dropped=dropped, settle=redact_text)
-
-
-def clean_chars(text: str, limit: int) -> str:
-    """Redacted, then bounded to ``limit`` characters (assistant text, card titles)."""
-    precut = limit + _MARGIN
-    if len(text) <= precut:
-        red = redact_text(text)
-        return red if len(red) <= limit else bound_chars(red, limit, settle=redact_text)
-    red = redact_text(text[:precut])[:-_UNSURE]
-    return bound_chars(red, limit, dropped=len(text) - len(red), settle=redact_text)
-
-
-def clean_flat(value: dict[Any, Any], string_bytes: int, items: int) -> dict[Any, Any] | None:
-    """``value`` itself when cleaning would not change it, else None (then use clean_value).
-
-    The fast path for tool arguments, mostly a few short strings under known keys: one screen
-    over all the strings at once instead of a full walk.
-    """
-    if len(value) > items:
-        return None
-    texts: list[str] = []
-    for key, item in value.items():
-        known = _keys.get(key) if type(key) is str else None
-        if known is None or known[1] or known[0] != key:
-            return None  # a key not seen yet, a secret key, or one that redaction changes
-        kind = type(item)
-        if kind is str:
-            if len(item) * 4 > string_bytes:
-                return None
-            texts.append(item)
-        elif not (item is None or kind is bool or kind is int or kind is float):
-            return None
-    # Joined on newlines, which no literal of the screen contains: a miss stays a miss.
-    if texts and _may_hold_a_secret("\n".join(texts).lower()):
-        return None
-    return value
-
-
-def clean_value(value: Any, *, string_bytes: int, depth: int = 6, items: int = 64) -> Any:
-    """:func:`redact_value` and bounds in one walk (tool arguments, usage).
-
-    Strings are cut to ``string_bytes``, nesting to ``depth`` and containers to ``items`` entries
-    (an over-full one keeps ``items - 1`` plus a marker, so cleaning twice changes nothing).
-    """
-    return _clean(value, string_bytes, depth, items)
-
-
-# Keys repeat (every Bash call has "command"): each distinct key is redacted and judged once.
-_keys: dict[str, tuple[str, bool]] = {}
-
-
-def _learn_key(key: str) -> tuple[str, bool]:
-    known = (redact_text(key), is_secret_key(key))
-    if len(_keys) < _KEY_CACHE_MAX:
-        _keys[key] = known
-    return known
-
-
-def _clean(value: Any, string_bytes: int, depth: int, items: int) -> Any:
-    kind = type(value)
-    if kind is str:
-        return clean_text(value, string_bytes)
-    if kind is dict:
-        if depth <= 0:
-            return f"[...{len(value)} keys cut]"
-        out: dict[Any, Any] = {}
-        over = len(value) > items
-        for n, (key, item) in enumerate(value.items()):
-            if over and n == items - 1:
-                out["..."] = f"[...{len(value) - n} keys cut]"
-                break
-            if type(key) is str:
-                known = _keys.get(key)
-                if known is None:
-                    known = _learn_key(key)
-                key, secret = known
-                if secret:
-                    out[key] = MASK
-                    continue
-            # Tool arguments are mostly flat: strings and scalars without a call each.
-            if type(item) is str:
-                out[key] = clean_text(item, string_bytes)
-            elif item is None or type(item) is bool or type(item) is int:
-                out[key] = item
-            else:
-                out[key] = _clean(item, string_bytes, depth - 1, items)
-        return out
-    if kind is list or kind is tuple:
-        if depth <= 0:
-            return f"[...{len(value)} items cut]"
-        kept = value[: items - 1] if len(value) > items else value
-        out_list = [_clean(item, string_bytes, depth - 1, items) for item in kept]
-        if len(value) > items:
-            out_list.append(f"[...{len(value) - len(kept)} items cut]")
-        return out_list
-    return value
+# The redactor that knows no values, and its methods as the module's functions.
+PLAIN: Final = Redactor()
+redact_value = PLAIN.value
+clean_text = PLAIN.clean_text
+clean_chars = PLAIN.clean_chars
+clean_flat = PLAIN.clean_flat
+clean_value = PLAIN.clean_value

@@ -9,6 +9,7 @@ import msgspec
 
 from translator.core import Translator
 from translator.outcome import Limits, Outcome, RunContext
+from translator.redact import Redactor
 
 _encoder: Final = msgspec.json.Encoder()
 _EXITED: Final = Outcome(reason="exited", exit_code=0)
@@ -21,6 +22,7 @@ def translate_chunks(
     outcome: Outcome = _EXITED,
     limits: Limits | None = None,
     now: float | None = None,
+    redactor: Redactor | None = None,
 ) -> Iterator[bytes]:
     """NDJSON frame lines (``b"...\\n"``), one block per input chunk, for stream-json chunks.
 
@@ -28,7 +30,7 @@ def translate_chunks(
     same output. Frames are encoded once, a chunk's worth at a time.
     """
     at = ctx.started_at if now is None else now
-    translator = Translator(ctx, limits)
+    translator = Translator(ctx, limits, redactor)
     encode = _encoder.encode_lines
     frames = translator.start(at)
     if frames:

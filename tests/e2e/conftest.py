@@ -39,16 +39,19 @@ def e2e_config(
     root: Path,
     state: Path,
     claude_section: dict[str, Any] | None = None,
+    server_section: dict[str, Any] | None = None,
     **policy: Any,
 ) -> Config:
     """Development defaults with ``root`` the only workspace root and the pinned CLI; extra
-    ``[claude]`` keys in ``claude_section``, extra ``[policy]`` keys as keywords."""
+    ``[claude]`` / ``[server]`` keys in ``claude_section`` / ``server_section``, extra
+    ``[policy]`` keys as keywords."""
     raw = msgspec.to_builtins(development_config(str(root), claude))
     raw["server"]["socket"] = str(state / "d.sock")
     raw["store"]["path"] = str(state / "store.db")
     raw["policy"]["cancel_grace_s"] = 2.0
     raw["policy"].update(policy)
     raw["claude"].update(claude_section or {})
+    raw["server"].update(server_section or {})
     return msgspec.convert(raw, Config)
 
 
@@ -127,12 +130,19 @@ def daemon_claude() -> dict[str, Any]:
 
 
 @pytest.fixture
+def daemon_server() -> dict[str, Any]:
+    """Extra ``[server]`` settings (a TCP listener, say); overridden like ``daemon_claude``."""
+    return {}
+
+
+@pytest.fixture
 async def e2e(
     claude_bin: str,
     tmp_path: Path,
     short_dir: Path,
     daemon_policy: dict[str, Any],
     daemon_claude: dict[str, Any],
+    daemon_server: dict[str, Any],
 ) -> AsyncIterator[E2E]:
     """A started daemon (development defaults) against a fresh stub; script ``e2e.stub``."""
     root = tmp_path / "workspaces"
@@ -145,7 +155,8 @@ async def e2e(
     async with serve_stub(stub):
         env = E2E(stub, workspace, home)
         policy = {"allowed_tools": ["Bash(python3:*)", "Bash(env:*)"], **daemon_policy}
-        await env.start(e2e_config(claude_bin, root, short_dir, daemon_claude, **policy))
+        config = e2e_config(claude_bin, root, short_dir, daemon_claude, daemon_server, **policy)
+        await env.start(config)
         try:
             yield env
         finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import msgspec
 import pytest
 
@@ -203,3 +205,28 @@ def test_plan_launch_refuses_inconsistent_resume_bookkeeping(
 ) -> None:
     with pytest.raises(ValueError, match="resume"):
         plan(config, RunRequest(task="x", resume=resume), resumed=resumed)
+
+
+def test_the_plan_names_the_credentials_it_passes_and_only_those() -> None:
+    # Values are fresh: the rule is about names, never about what a value looks like.
+    key, oauth, token, proxy = (secrets.token_urlsafe(24) for _ in range(4))
+    config = make_config('[claude]\npass_env = ["GITHUB_TOKEN", "HTTPS_PROXY"]')
+    parent = {
+        **ENV,
+        "ANTHROPIC_AUTH_TOKEN": key,
+        "CLAUDE_CODE_OAUTH_TOKEN": oauth,
+        "GITHUB_TOKEN": token,
+        "HTTPS_PROXY": proxy,
+        "ANTHROPIC_API_KEY": "",
+    }
+    launch = plan_launch(
+        config,
+        RunRequest(task="t"),
+        cwd=ROOT,
+        session_id=SID,
+        resumed=False,
+        parent_env=parent,
+        marker=MARKER,
+    )
+    assert launch.secrets == tuple(sorted({key, oauth, token}))
+    assert set(launch.secrets) <= set(launch.env.values())

@@ -31,9 +31,11 @@ def write_config(
     *,
     server: str = "",
     store: Path | None = None,
+    policy: str = "",
 ) -> Path:
     """``state/codelegate.toml``: socket and store in ``state`` (or the ``store`` given);
-    ``server`` adds lines to ``[server]``, ``extra`` whole sections at the end."""
+    ``server`` adds lines to ``[server]``, ``policy`` to ``[policy]``, ``extra`` whole
+    sections at the end."""
     path = state / "codelegate.toml"
     path.write_text(
         "[server]\n"
@@ -41,8 +43,7 @@ def write_config(
         f"path = {json.dumps(claude)}\n"
         "[policy]\n"
         f"workspaces = [{json.dumps(str(workspace))}]\n"
-        "cancel_grace_s = 0.5\n"
-        "[store]\n"
+        "cancel_grace_s = 0.5\n" + policy + "[store]\n"
         f"path = {json.dumps(str(store or state / 'store.db'))}\n" + extra
     )
     return path

@@ -21,7 +21,7 @@ from tests.daemon.conftest import Daemon, make_config, start_daemon, stop_daemon
 
 # The real daemon + real CLI + API stub of the end-to-end suite, for the tests that need the
 # pinned CLI to plant the input (settings isolation).
-from tests.e2e.conftest import daemon_claude, daemon_policy, e2e  # noqa: F401
+from tests.e2e.conftest import daemon_claude, daemon_policy, daemon_server, e2e  # noqa: F401
 from tests.fakes import FAKE_CLAUDE
 
 

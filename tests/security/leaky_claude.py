@@ -5,14 +5,24 @@ The prompt's first line is ``leak file=<json of planted secrets> exit=<code>``. 
 tool arguments (as values and under credential-shaped keys), in tool output (an env dump with
 its own real environment, .env and YAML text, a PEM key, a JWT), in assistant text, in a
 permission denial, in a malformed and an unknown line, in the final result, and on stderr.
+
+Also what the model or the CLI chooses (a tool name, a written file's path, a denied tool's name,
+a subagent's last tool, the session id it reports), the credentials the daemon passed to it
+(printed bare, base64- and hex-encoded, JSON- and URL-escaped), shapes the redactor once missed
+(JSON-escaped keys, URL userinfo, AIza, docker auth, PGP, AccountKey), and on stderr a PEM key
+over several lines and a line cut by the daemon in the middle of a token.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
 from typing import Any
+from urllib.parse import quote
+
+STDERR_LINE_CHARS = 2000  # the daemon's cut (daemon.supervisor): the token straddles it
 
 
 def main() -> int:
@@ -93,10 +103,16 @@ def main() -> int:
     )
     out.write(b'{"broken": "' + s["malformed"].encode() + b'", \n')
     emit({"type": "weird_new_type", "secret": s["unknown"], "note": s["ant"]} | base)
+    chosen(emit, base, s)
     sys.stderr.write(
         f"ERROR auth failed: ANTHROPIC_API_KEY={os.environ.get('ANTHROPIC_API_KEY')}\n"
     )
     sys.stderr.write(f"retrying with Bearer {s['bearer']} and {s['ant2']}\n")
+    sys.stderr.write(f"loaded key:\n{s['pem_stderr']}\n")
+    # 14 characters of the token's core before the daemon's cut: too few for its shape.
+    head = "x" * (STDERR_LINE_CHARS - 1 - 4 - 14)
+    sys.stderr.write(f"{head} {s['cut_ghp']} and more\n")
+    sys.stderr.write(f"the token was {os.environ.get('ANTHROPIC_AUTH_TOKEN')}\n")
     sys.stderr.flush()
     emit(
         {
@@ -119,6 +135,75 @@ def main() -> int:
         | base
     )
     return code
+
+
+def chosen(emit: Any, base: dict[str, Any], s: dict[str, str]) -> None:
+    """What the model or the CLI chooses, the credentials passed in, the shapes once missed."""
+    cwd = os.getcwd()
+    uses = [
+        {
+            "type": "tool_use",
+            "id": "toolu_leak4",
+            "name": "Write",
+            "input": {"file_path": f"{cwd}/tokens/{s['path_ghp']}/notes.txt", "content": "x"},
+        },
+        {"type": "tool_use", "id": "toolu_leak5", "name": s["tool_name"], "input": {}},
+        {"type": "tool_use", "id": "toolu_leak6", "name": "Task", "input": {"description": "d"}},
+        {"type": "tool_use", "id": "toolu_leak7", "name": "Bash", "input": {"command": "env"}},
+    ]
+    emit({"type": "assistant", "message": {"id": "m4", "content": uses}} | base)
+
+    def result(use_id: str, text: str, extra: Any = None) -> None:
+        block = {"type": "tool_result", "tool_use_id": use_id, "content": text}
+        line = {"type": "user", "message": {"role": "user", "content": [block]}}
+        emit(line | ({"tool_use_result": extra} if extra else {}) | base)
+
+    result("toolu_leak4", "written", {"type": "create", "filePath": "notes.txt"})
+    emit(
+        {
+            "type": "system",
+            "subtype": "task_progress",
+            "tool_use_id": "toolu_leak6",
+            "task_id": "k1",
+            "description": "working",
+            "last_tool_name": s["last_tool"],
+            "usage": {"tool_uses": 1},
+        }
+        | base
+    )
+    emit(
+        {
+            "type": "system",
+            "subtype": "permission_denied",
+            "tool_use_id": "toolu_leak5",
+            "tool_name": s["tool_name"],
+            "message": "denied",
+        }
+        | base
+    )
+    result("toolu_leak6", "done")
+    auth = os.environ.get("ANTHROPIC_AUTH_TOKEN", "")
+    oauth = os.environ.get("CLAUDE_CODE_OAUTH_TOKEN", "")
+    passed = [
+        auth,
+        base64.b64encode(b"user:" + auth.encode()).decode(),
+        auth.encode().hex(),
+        json.dumps({"t": oauth}),
+        quote(oauth, safe=""),
+        base64.urlsafe_b64encode(oauth.encode()).decode(),
+    ]
+    shapes = [
+        '{\\"api_key\\": \\"' + s["escaped"] + '\\"}',
+        f"DATABASE_URL=postgres://app:{s['url_pw']}@db.internal:5432/prod",
+        f"git clone https://bob:{s['git_tok']}@github.com/x/y.git",
+        f"maps {s['aiza']} key",
+        '{"auths": {"ghcr.io": {"auth": "' + s["docker"] + '"}}}',
+        s["pgp"],
+        f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={s['account_key']};x=y",
+    ]
+    result("toolu_leak7", "\n".join(passed + shapes))
+    # The CLI reports a session id of its own choosing.
+    emit({"type": "system", "subtype": "init", "session_id": s["session"], "tools": []})
 
 
 if __name__ == "__main__":

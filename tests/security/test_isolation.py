@@ -3,6 +3,7 @@
 A run executes as the daemon's uid. Without a sandbox, a command the operator allows can read
 the run store, signal the daemon and read the CLI's transcripts under ``$HOME/.claude/projects``
 (every tool output of every earlier run, unredacted); it can also write outside the workspace.
+It cannot call the daemon's API: the socket refuses a run's processes (``peer_is_a_run``).
 With the CLI's own sandbox, passed as ``[claude.settings.sandbox]``, Bash commands run under
 bubblewrap: they cannot write outside the workspace, read what ``denyRead`` names, or see the
 daemon's process. The sandbox does not cover the CLI's file tools: Read reads the transcripts of
@@ -39,8 +40,13 @@ def api():
     with socket.socket(socket.AF_UNIX) as client:
         client.connect(sock)
         client.sendall(b"GET /v1/runs HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n")
-        if not client.recv(64).startswith(b"HTTP/1.1 200"):
-            raise PermissionError("the daemon did not answer 200")
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    if b"peer_is_a_run" in answer:
+        raise PermissionError("the daemon refuses a run's processes")
+    if not answer.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(answer[:200])  # no OSError: the probe stops, and the test says so
 
 
 def transcripts():
@@ -144,10 +150,15 @@ async def probe(e2e: E2E, tmp_path: Path, short_dir: Path, **bash: Any) -> dict[
     return reached
 
 
+# Without the sandbox a run reaches all of it but the daemon's API, which refuses its processes
+# whatever the sandbox (tests/security/test_peer_runs.py).
+UNSANDBOXED = dict.fromkeys(REACH, True) | {"daemon-api": False}
+
+
 async def test_without_a_sandbox_a_run_reaches_the_store_the_daemon_and_the_transcripts(
     e2e: E2E, tmp_path: Path, short_dir: Path
 ) -> None:
-    assert await probe(e2e, tmp_path, short_dir) == dict.fromkeys(REACH, True)
+    assert await probe(e2e, tmp_path, short_dir) == UNSANDBOXED
 
 
 @pytest.mark.parametrize("isolation", ["sandbox"])
@@ -172,7 +183,7 @@ async def test_unless_unsandboxed_commands_are_allowed(
     """Why the recipe sets ``allowUnsandboxedCommands = false``: the CLI's default lets the model
     ask for a command outside the sandbox, and an operator rule that allows it lets it run."""
     reached = await probe(e2e, tmp_path, short_dir, dangerouslyDisableSandbox=True)
-    assert reached == dict.fromkeys(REACH, True)
+    assert reached == UNSANDBOXED
 
 
 def write_outside(tmp_path: Path) -> tuple[Path, str]:

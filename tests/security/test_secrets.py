@@ -1,23 +1,33 @@
 """Planted credentials never come out: not in a frame (live or replayed), not in an HTTP answer,
-not in a log line of the daemon's JSON stdout, not in any byte of the SQLite files.
+not in a log line of the daemon's JSON stdout, not in any byte of the SQLite files (WAL too).
 
-The daemon is the production entry point (``codelegate serve --config``) with a fake CLI that
-plants secrets in tool arguments, tool output, env dumps, stderr, text, denials and the result;
-its own environment carries the API key it must pass to the CLI.
+The daemon is the production entry point (``codelegate serve --config``). A fake CLI plants
+exact bytes: secrets in tool arguments, tool output, env dumps, stderr (a PEM key over lines, a
+line cut through a token), text, denials, the result, and in what it chooses (a tool name, a
+written path, a session id); its environment carries the credentials the daemon passes, which
+it prints bare and encoded. The real CLI, scripted by the stub model, plants what a model can:
+a Write to a path holding a token with a JSON-escaped secret in it, ``cat`` of that file, and
+``printenv`` of the credential the daemon passed, bare, base64 and hex.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import string
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.reliability.served import BASE, Served, write_config
+from tests.stub.anthropic import Stub, serve_stub, text, tool
+from tests.translator.helpers import encode
+
+MASK = "[redacted]"
 
 LEAKY_CLAUDE = str(Path(__file__).resolve().parent / "leaky_claude.py")
 
@@ -31,6 +41,8 @@ def plant() -> dict[str, str]:
     h = secrets.token_hex
     jwt = "eyJhbGciOiJIUzI1NiJ9." + "eyJ" + _alnum(40) + "." + _alnum(43)
     pem_body = "\n".join(_alnum(64) for _ in range(4))
+    pgp_body = "\n".join(_alnum(64) for _ in range(3))
+    stderr_body = "\n".join(_alnum(64) for _ in range(4))
     return {
         "ant": "sk-ant-api03-" + h(24),
         "ant2": "sk-ant-api03-" + h(24),
@@ -52,14 +64,46 @@ def plant() -> dict[str, str]:
         "denied2": h(16),
         "malformed": "sk-ant-api03-" + h(24),
         "unknown": h(16),
+        # Chosen by the model or the CLI.
+        "path_ghp": "ghp_" + _alnum(36),
+        "tool_name": "sk-ant-api03-" + h(24),
+        "last_tool": "sk-ant-api03-" + h(24),
+        "session": "ghp_" + _alnum(36),
+        # On stderr.
+        "pem_stderr": f"-----BEGIN PRIVATE KEY-----\n{stderr_body}\n-----END PRIVATE KEY-----",
+        "cut_ghp": "ghp_" + _alnum(36),
+        # Passed by the daemon, of no recognisable shape.
+        "auth_plain": h(20),
+        "oauth_plain": f"o {h(12)} '{h(12)}",
+        # Shapes once missed.
+        "escaped": h(16),
+        "url_pw": h(16),
+        "git_tok": h(16),
+        "aiza": "AIza" + _alnum(35),
+        "docker": h(24),
+        "pgp": "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n"
+        + pgp_body
+        + "\n=ab12\n-----END PGP PRIVATE KEY BLOCK-----",
+        "account_key": base64.b64encode(secrets.token_bytes(48)).decode(),
     }
 
 
-def cores(planted: dict[str, str]) -> list[str]:
+def encoded(planted: dict[str, str]) -> list[str]:
+    """The credentials the daemon passes as the leaky CLI prints them encoded."""
+    auth, oauth = planted["auth_plain"], planted["oauth_plain"]
+    return [
+        encode(auth, "base64", b"user:", b"")[1],
+        encode(auth, "hex", b"", b"")[1],
+        encode(oauth, "urlsafe_base64", b"", b"")[1],
+        encode(oauth, "url", b"", b"")[1],
+    ]
+
+
+def cores(planted: dict[str, str], *more: str) -> list[str]:
     """Every 12-character window of every secret's random part (hex windows of 12 do not turn up
-    by chance; a partial leak shows up as one of them)."""
+    by chance; a partial leak shows up as one of them), and of every string in ``more``."""
     out: list[str] = []
-    for value in planted.values():
+    for value in [*planted.values(), *more]:
         core = value.split("-----")[2] if value.startswith("-----") else value
         for prefix in (
             "sk-ant-api03-",
@@ -69,6 +113,7 @@ def cores(planted: dict[str, str]) -> list[str]:
             "sid=",
             "pw-",
             "eyJhbGciOiJIUzI1NiJ9.",
+            "AIza",
         ):
             core = core.removeprefix(prefix)
         core = core.replace("\n", "")
@@ -88,7 +133,12 @@ async def leaky(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Served, 
     home.mkdir()
     planted = plant()
     (home / "planted.json").write_text(json.dumps(planted))
-    env = {"ANTHROPIC_API_KEY": planted["daemon_key"], "SOME_DAEMON_SECRET": planted["keyed2"]}
+    env = {
+        "ANTHROPIC_API_KEY": planted["daemon_key"],
+        "ANTHROPIC_AUTH_TOKEN": planted["auth_plain"],
+        "CLAUDE_CODE_OAUTH_TOKEN": planted["oauth_plain"],
+        "SOME_DAEMON_SECRET": planted["keyed2"],
+    }
     s = Served(write_config(short_dir, workspace, claude=LEAKY_CLAUDE), short_dir, home, env)
     try:
         yield s, planted
@@ -96,55 +146,117 @@ async def leaky(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Served, 
         await s.stop()
 
 
-async def test_planted_secrets_appear_nowhere(
-    leaky: tuple[Served, dict[str, str]], tmp_path: Path, short_dir: Path
-) -> None:
-    served, planted = leaky
-    task = f"leak file={tmp_path / 'home' / 'planted.json'}"
+async def collect(
+    served: Served, bodies: list[dict[str, Any]]
+) -> tuple[list[Any], dict[str, bytes]]:
+    """Run each request to its end; every frame, HTTP answer, log line and byte of the store.
+
+    Stops the daemon (so that the store is flushed and the log complete) before reading them.
+    """
     await served.start()
     assert served.http is not None
     http = served.http
     seen: list[bytes] = []
+    answers: list[Any] = []
+    frames: list[bytes] = []
     async with http.ws_connect(f"{BASE}/v1/ws?run=*") as ws:
-        async with http.post(f"{BASE}/v1/runs", json={"task": task, "wait": True}) as resp:
-            assert resp.status == 200
-            seen.append(await resp.read())
-            ok = json.loads(seen[-1])
-        async with http.post(
-            f"{BASE}/v1/runs", json={"task": task + " exit=1", "wait": True}
-        ) as resp:
-            assert resp.status == 200
-            seen.append(await resp.read())
-            failed = json.loads(seen[-1])
-        frames: list[bytes] = []
-        while sum(b'"type":"run_result"' in f for f in frames) < 2:
+        for body in bodies:
+            async with http.post(f"{BASE}/v1/runs", json={**body, "wait": True}) as resp:
+                assert resp.status == 200
+                seen.append(await resp.read())
+                answers.append(json.loads(seen[-1]))
+        while sum(b'"type":"run_result"' in f for f in frames) < len(bodies):
             msg = await ws.receive(timeout=30)
             assert msg.type == aiohttp.WSMsgType.TEXT
             frames.append(msg.data.encode())
-    assert ok["status"] == "completed"
-    assert failed["status"] == "failed"
-    for path in (
-        f"/v1/runs/{ok['run_id']}",
-        f"/v1/runs/{failed['run_id']}",
-        f"/v1/runs/{ok['run_id']}/events",
-        f"/v1/runs/{failed['run_id']}/events",
-        "/v1/runs",
-        "/metrics",
-        "/healthz",
-    ):
+    paths = ["/v1/runs", "/metrics", "/healthz"]
+    for answer in answers:
+        paths += [f"/v1/runs/{answer['run_id']}", f"/v1/runs/{answer['run_id']}/events"]
+    for path in paths:
         async with http.get(f"{BASE}{path}") as resp:
             assert resp.status == 200
             seen.append(await resp.read())
     await served.stop()
-
-    stored = store_bytes(short_dir)
     logs = served.log.read_bytes()
     assert b"run_finished" in logs  # the log really is the daemon's JSON stdout
-    blobs = {"frames": b"\n".join(frames), "http": b"\n".join(seen), "log": logs, "store": stored}
+    blobs = {
+        "frames": b"\n".join(frames),
+        "http": b"\n".join(seen),
+        "log": logs,
+        "store": store_bytes(served.state),
+    }
+    return answers, blobs
+
+
+def assert_nowhere(blobs: dict[str, bytes], needles: list[str]) -> None:
     # The secrets really went through the pipeline (and came out masked).
-    assert b"[redacted]" in blobs["frames"]
-    assert b"[redacted]" in blobs["store"]
+    assert MASK.encode() in blobs["frames"]
+    assert MASK.encode() in blobs["store"]
     for where, blob in blobs.items():
-        text = blob.decode("utf-8", "replace")
-        leaks = [w for w in cores(planted) if w in text]
+        found = blob.decode("utf-8", "replace")
+        leaks = [w for w in needles if w in found]
         assert not leaks, f"planted secret in {where}: {leaks[:3]}"
+
+
+async def test_planted_secrets_appear_nowhere(
+    leaky: tuple[Served, dict[str, str]], tmp_path: Path
+) -> None:
+    served, planted = leaky
+    task = f"leak file={tmp_path / 'home' / 'planted.json'}"
+    (ok, failed), blobs = await collect(served, [{"task": task}, {"task": task + " exit=1"}])
+    assert ok["status"] == "completed"
+    assert failed["status"] == "failed"
+    # The path was kept, with its token masked; the stderr tail was kept, masked as one text.
+    assert ok["files_changed"] == [f"tokens/{MASK}/notes.txt"]
+    assert "loaded key:\n" + MASK in failed["stderr"]
+    assert " …[cut]\nthe token was " + MASK in failed["stderr"]
+    assert_nowhere(blobs, cores(planted, *encoded(planted)))
+
+
+@pytest.mark.e2e
+async def test_what_the_real_cli_plants_appears_nowhere(
+    claude_bin: str, tmp_path: Path, short_dir: Path
+) -> None:
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    home.mkdir()
+    ghp, token, escaped = "ghp_" + _alnum(36), secrets.token_hex(24), secrets.token_hex(16)
+    notes = f"tokens/{ghp}/notes.txt"
+    # A JSON string inside JSON: the file holds {\"api_key\": \"…\"}, escaped.
+    content = json.dumps({"config": json.dumps({"api_key": escaped})}) + "\n"
+    encodings = (
+        "import base64, os; t = os.environ['ANTHROPIC_AUTH_TOKEN'].encode(); "
+        "print(base64.b64encode(b'user:' + t).decode()); print(t.hex())"
+    )
+    stub = Stub(
+        [
+            tool("Write", file_path=str(workspace / notes), content=content),
+            tool("Bash", command=f"cat {notes}", description="Show the notes"),
+            tool("Bash", command="printenv ANTHROPIC_AUTH_TOKEN", description="Show the token"),
+            tool("Bash", command=f'python3 -c "{encodings}"', description="Encode the token"),
+            text("Done."),
+        ]
+    )
+    rules = 'allowed_tools = ["Bash(cat:*)", "Bash(printenv:*)", "Bash(python3:*)"]\n'
+    async with serve_stub(stub):
+        env = {"ANTHROPIC_BASE_URL": stub.url, "ANTHROPIC_AUTH_TOKEN": token, "LANG": "C.UTF-8"}
+        config = write_config(short_dir, workspace, claude=claude_bin, policy=rules)
+        served = Served(config, short_dir, home, env)
+        try:
+            (answer,), blobs = await collect(
+                served, [{"task": "Take notes.", "mode": "accept_edits"}]
+            )
+        finally:
+            await served.stop()
+    assert answer["status"] == "completed", answer
+    assert answer["files_changed"] == [f"tokens/{MASK}/notes.txt"]
+    assert (workspace / notes).read_text() == content  # the CLI really wrote it there
+    results = [json.loads(f) for f in blobs["frames"].split(b"\n") if b'"tool_result"' in f]
+    assert [r["status"] for r in results] == ["completed"] * 4, results
+    assert results[2]["result"].strip() == MASK  # printenv's output, of no known shape
+    needles = cores(
+        {"ghp": ghp, "token": token, "escaped": escaped},
+        encode(token, "base64", b"user:", b"")[1],
+        encode(token, "hex", b"", b"")[1],
+    )
+    assert_nowhere(blobs, needles)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 
@@ -125,3 +127,25 @@ def result_line(text: str = "done", **fields: Any) -> bytes:
 
 def init_line(session_id: str = "s-1") -> bytes:
     return line(type="system", subtype="init", session_id=session_id, cwd=CWD, tools=["Read"])
+
+
+def encode(value: str, how: str, before: bytes, after: bytes) -> tuple[str, str]:
+    """The text ``value`` appears as when encoded ``how`` among other bytes, and the part of that
+    text that comes from the value alone (what must not survive)."""
+    raw = value.encode()
+    if how in ("base64", "urlsafe_base64"):
+        blob = base64.b64encode(before + raw + after).decode()
+        if how == "urlsafe_base64":
+            blob = blob.replace("+", "-").replace("/", "_")
+        # The characters whose 6 bits all lie within the value's bytes.
+        first, last = -(-8 * len(before) // 6), (8 * (len(before) + len(raw))) // 6
+        return blob, blob[first:last]
+    if how in ("hex", "HEX"):
+        blob = raw.hex() if how == "hex" else raw.hex().upper()
+        return blob, blob
+    if how == "json":
+        blob = json.dumps({"v": value})
+        return blob, json.dumps(value)[1:-1]
+    if how == "url":
+        return f"https://h/?q={quote(value, safe='')}", quote(value, safe="")
+    return value, value

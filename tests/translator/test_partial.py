@@ -18,6 +18,7 @@ from tests.translator.helpers import (
     tool_use,
 )
 from translator import Translator
+from translator.frames import encode_frame
 
 
 def event(parent: str | None = None, **body: Any) -> bytes:
@@ -273,3 +274,25 @@ def test_a_message_cut_off_by_a_restart_ends_with_the_text_it_had_reached() -> N
         ("run-1:message:3", "sub words", "claude:a1"),
     ]
     assert all("partial" not in f for f in out)
+
+
+def test_a_known_credential_of_the_run_is_masked_in_streamed_text_and_progress() -> None:
+    from translator import Redactor
+
+    known = secrets.token_hex(12)
+    translator = Translator(context(parent_tool_call_id=None), redactor=Redactor([known]))
+    frames = translator.start(1000.0)
+    text = f"the daemon passed {known} to me, and {known} again"
+    for n, piece in enumerate([text[i : i + 7] for i in range(0, len(text), 7)]):
+        chunk = start_text() + delta(piece) if n == 0 else delta(piece)
+        frames += translator.receive_data(chunk, 1001.0 + n)
+    frames += translator.receive_data(text_line(text), 1050.0)
+    frames += translator.receive_data(assistant(tool_use("a1", "Agent", description="x")), 1051.0)
+    frames += translator.receive_data(
+        assistant({"type": "text", "text": f"sub says {known}"}, parent="a1"), 1052.0
+    )
+    frames += translator.close(EXITED, 1060.0)
+    data = as_data(frames)
+    assert len(messages(data)) >= 4
+    assert [f["result"] for f in data if f["type"] == "tool_call_update"] == ["sub says [redacted]"]
+    assert known not in b"".join(encode_frame(f) for f in frames).decode()

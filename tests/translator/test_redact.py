@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from translator.redact import (
     MASK,
+    Redactor,
     bound_chars,
     bound_text,
     clean_chars,
-    clean_flat,
     clean_text,
     clean_value,
     is_secret_key,
@@ -292,9 +292,8 @@ def test_a_cut_that_never_settles_keeps_nothing_of_the_text() -> None:
 
 
 def test_clean_flat_takes_the_fast_path_only_when_nothing_would_change() -> None:
-    from translator import redact
-
-    redact._keys.clear()  # another test may have filled the bounded key cache
+    redactor = Redactor()  # a fresh key cache: another test may have filled the bounded one
+    clean_flat, clean_value = redactor.clean_flat, redactor.clean_value
     clean_value({"command": "ls", "description": "list"}, string_bytes=100)  # learn the keys
     args = {"command": "ls -la", "description": "list", "n": 1, "f": 1.5, "b": None}
     clean_value(args, string_bytes=100)

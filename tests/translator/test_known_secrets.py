@@ -1,0 +1,326 @@
+"""Secrets the redactor must catch (issue 11, items 3, 5, 6): the values a run is known to hold,
+in any encoding; shapes it used to miss; and every string the CLI or the model chooses.
+
+Every secret is drawn fresh (Hypothesis), never a fixed string.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import string
+from typing import Any
+
+import msgspec
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tests.translator.helpers import (
+    EXITED,
+    assistant,
+    context,
+    encode,
+    line,
+    result_line,
+    tool_result,
+    tool_use,
+)
+from translator import Outcome, Translator
+from translator.frames import ProviderActivity, ToolCall, encode_frame
+from translator.redact import MASK, PLAIN, Redactor, known_forms
+
+TOKEN = st.text(string.ascii_letters + string.digits + "-_", min_size=16, max_size=48)
+# "Whatever their shape": any printable text (spaces, quotes, brackets, non-ASCII) of 8 or more.
+ANY_VALUE = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=8, max_size=40
+)
+AROUND = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+ENCODINGS = ("raw", "base64", "urlsafe_base64", "hex", "HEX", "json", "url")
+
+
+@settings(max_examples=300)
+@given(
+    ANY_VALUE,
+    st.sampled_from(ENCODINGS),
+    st.binary(max_size=5),
+    st.binary(max_size=5),
+    AROUND,
+    AROUND,
+)
+def test_a_known_value_never_survives_in_any_encoding(
+    value: str, how: str, pre: bytes, post: bytes, before: str, after: str
+) -> None:
+    assume(value not in MASK)  # a value that is part of the mask shows nothing (known_forms)
+    redactor = Redactor([value])
+    blob, core = encode(value, how, pre, post)
+    text = before + blob + after
+    for out in (
+        redactor.text(text),
+        redactor.clean_text(text, 4096),
+        redactor.clean_chars(text, 4096),
+        json.dumps(redactor.clean_value({"k": [text]}, string_bytes=4096)),
+    ):
+        if how == "json":
+            out = json.loads(json.dumps(out))
+        assert core not in out
+
+
+@settings(max_examples=300)
+@given(st.lists(TOKEN, min_size=1, max_size=3), st.lists(st.sampled_from(["x", " ", "\n"]) | TOKEN))
+def test_redacting_with_known_values_is_idempotent(values: list[str], parts: list[str]) -> None:
+    redactor = Redactor(values)
+    text = "".join(parts + values + [base64.b64encode(values[0].encode()).decode()])
+    once = redactor.text(text)
+    assert redactor.text(once) == once
+    for limit in (16, 64, 4096):
+        cut = redactor.clean_text(text, limit)
+        assert redactor.clean_text(cut, limit) == cut
+        chars = redactor.clean_chars(text, limit)
+        assert redactor.clean_chars(chars, limit) == chars
+    for value in values:
+        assert value not in once
+
+
+def test_known_forms_skip_short_values_and_the_mask_itself() -> None:
+    assert known_forms(["short", ""]) == frozenset()
+    assert not {"redacted", MASK} & known_forms(["redacted", MASK])  # their encodings are kept
+    assert Redactor(["short"]).text is PLAIN.text  # no known value: the plain redactor
+
+
+@given(TOKEN)
+def test_a_mask_that_completes_a_known_value_is_masked_again(core: str) -> None:
+    # A value holding "]" is completed by the end of a mask next to it ("[redacted]" + "x…").
+    value = "ed]" + core
+    other = "Q" + core[::-1] + "Q"
+    redactor = Redactor([value, other])
+    out = redactor.text(other + core)
+    assert value not in out
+    assert other not in out
+    assert redactor.text(out) == out
+
+
+def test_a_text_that_never_settles_is_masked_whole() -> None:
+    # Each round of masking completes a new known value: after a few rounds, mask everything.
+    values = ["ed]" + "a" * n for n in range(8, 20)]
+    assert Redactor(values).text("[redact" + "ed]" + "a" * 100) == MASK
+
+
+# --- shapes (item 6) -----------------------------------------------------------------------------
+
+SHAPES = st.sampled_from(
+    [
+        '{\\"api_key\\": \\"%s\\"}',  # JSON-escaped, as in a Write's content or a diff
+        '{\\\\\\"password\\\\\\": \\\\\\"%s\\\\\\"}',  # escaped twice
+        '"content": "{\\"client_secret\\": \\"%s\\"}"',
+        "postgres://app:%s@db.internal:5432/prod",
+        "DATABASE_URL=mysql://root:%s@localhost/db",
+        "git clone https://bob:%s@github.com/x/y.git",
+        "remote: https://%s@github.com/x.git",
+        '{"auths": {"ghcr.io": {"auth": "%s"}}}',
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=%s;EndpointSuffix=x",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n%s\n=abcd\n-----END PGP PRIVATE KEY BLOCK-----",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: 1\n%s",  # cut off
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(SHAPES, TOKEN.filter(lambda t: t[0] not in "-_"), AROUND, AROUND)
+def test_shapes_the_redactor_used_to_miss_never_survive(
+    shape: str, secret: str, before: str, after: str
+) -> None:
+    assume(secret not in before + after)
+    text = before + "\n" + shape % secret + "\n" + after
+    assert secret not in PLAIN.text(text)
+    assert secret not in PLAIN.clean_text(text, 4096)
+
+
+@given(st.text(string.ascii_letters + string.digits + "_-", min_size=35, max_size=35))
+def test_google_api_keys_are_masked(core: str) -> None:
+    key = "AIza" + core
+    assert PLAIN.text(f"key={key}&x") == f"key={MASK}&x"
+    assert PLAIN.text(f"use {key} here") == f"use {MASK} here"
+    assert PLAIN.text("aiza" + core.lower()) == "aiza" + core.lower()  # the case says it is one
+
+
+def test_urls_without_userinfo_and_authors_are_left_alone() -> None:
+    for text in (
+        "see https://example.com/a@b and mail me@example.com",
+        '{"author": "someone", "oauth_scopes": 3}',
+        "https://[::1]:8080/x@y",
+    ):
+        assert PLAIN.text(text) == text
+
+
+# --- every string the CLI or the model chooses (item 3) ------------------------------------------
+
+
+def frames_text(frames: list[Any]) -> str:
+    return b"".join(encode_frame(f) for f in frames).decode()
+
+
+# Random hex: a TOKEN-shaped value may spell a word the frames carry anyway (Hypothesis found
+# "permission_denie"), which no leak check can tell from a leak.
+FRESH = st.binary(min_size=12, max_size=24).map(bytes.hex)
+
+
+@settings(max_examples=100)
+@given(st.from_regex(r"ghp_[A-Za-z0-9]{36}", fullmatch=True), FRESH)
+def test_names_paths_and_ids_the_cli_reports_are_redacted(ghp: str, known: str) -> None:
+    ant = "sk-ant-api03-" + known
+    translator = Translator(context(), redactor=Redactor([known + "-daemon"]))
+    lines = [
+        line(type="system", subtype="init", session_id=ant, cwd="/w", tools=[]),
+        assistant(
+            tool_use("t1", "Write", file_path=f"/srv/workspaces/demo/tokens/{ghp}/notes.txt"),
+            tool_use("t2", ant),  # a model-chosen tool name
+            tool_use("t3", "Task", description="d", prompt="p"),
+            tool_use("t4", "Bash", command="printenv ANTHROPIC_AUTH_TOKEN"),
+        ),
+        tool_result("t1", extra={"type": "create", "filePath": "x"}),
+        line(
+            type="system",
+            subtype="task_progress",
+            tool_use_id="t3",
+            task_id="k",
+            description="working",
+            last_tool_name=ant,
+            usage={"tool_uses": 1},
+        ),
+        line(type="system", subtype="permission_denied", tool_use_id="t2", tool_name=ant),
+        line(type="system", subtype="permission_denied", tool_use_id="t9", tool_name=ghp),
+        tool_result("t4", f"{known}-daemon\n"),
+        result_line(
+            session_id=ant,
+            permission_denials=[{"tool_name": ant, "tool_use_id": "t8", "tool_input": {}}],
+        ),
+    ]
+    frames = translator.start(1000.0)
+    frames += translator.receive_data(b"".join(lines), 1001.0)
+    frames += translator.close(EXITED, 1002.0)
+    text = frames_text(frames)
+    for secret in (ghp, ant, known):
+        assert secret not in text
+    result = msgspec.json.decode(encode_frame(frames[-1]))["result"]
+    assert result["files_changed"] == [f"tokens/{MASK}/notes.txt"]
+    activity = [f for f in frames if isinstance(f, ProviderActivity) and f.files]
+    assert activity[0].files == ["notes.txt"]  # a Work Room row names files, not paths
+    assert {d["name"] for d in result["permission_denials"]} == {MASK}
+
+
+def test_a_failed_runs_stderr_is_cleaned_with_the_runs_known_values() -> None:
+    value = "v-" + "k" * 30
+    translator = Translator(context(), redactor=Redactor([value]))
+    translator.start(1000.0)
+    outcome = Outcome(reason="exited", exit_code=1, stderr_tail=f"boom {value}")
+    translator.close(outcome, 1001.0)
+    assert translator.result is not None
+    assert translator.result.stderr == f"boom {MASK}"
+
+
+# --- stderr: redacted as one text, then cut (item 4) --------------------------------------------
+
+PEM_LINE = st.text(string.ascii_letters + string.digits + "+/", min_size=64, max_size=64)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(PEM_LINE, min_size=1, max_size=8),
+    st.sampled_from(["RSA PRIVATE KEY", "PRIVATE KEY", "PGP PRIVATE KEY BLOCK"]),
+    st.lists(st.text(string.ascii_letters + " ", max_size=30), max_size=4),
+    st.integers(50, 4000),
+)
+def test_a_key_spread_over_stderr_lines_is_masked_whole(
+    body: list[str], kind: str, noise: list[str], limit: int
+) -> None:
+    lines = [*noise, f"-----BEGIN {kind}-----", *body, f"-----END {kind}-----", *noise]
+    tail = PLAIN.clean_lines(((text, False) for text in lines), limit)
+    assert all(part[:16] not in tail for part in body)
+    assert len(tail) <= limit
+
+
+HEX = st.text("0123456789abcdef", min_size=40, max_size=40)
+
+
+@settings(max_examples=200)
+@given(HEX, st.sampled_from(["ghp_", "sk-ant-api03-", "token="]), st.integers(0, 2000), st.data())
+def test_a_token_a_line_cut_went_through_leaves_nothing(
+    core: str, head: str, filler: int, data: st.DataObject
+) -> None:
+    line = "x" * filler + " " + head + core + " more"
+    # The daemon kept the line up to somewhere inside the token.
+    at = data.draw(st.integers(filler + 1 + len(head) + 1, filler + 1 + len(head) + len(core)))
+    tail = PLAIN.clean_lines([(line[:at], True), ("next line", False)], 10_000)
+    assert tail.endswith(" …[cut]\nnext line")
+    assert not any(core[i : i + 4] in tail for i in range(len(core) - 3))
+
+
+@settings(max_examples=200)
+@given(
+    TOKEN,
+    st.lists(st.tuples(AROUND, st.booleans()), max_size=6),
+    st.integers(0, 6),
+    st.sampled_from(ENCODINGS),
+)
+def test_a_known_value_on_stderr_never_survives(
+    value: str, lines: list[tuple[str, bool]], where: int, how: str
+) -> None:
+    assume(all(value not in text for text, _ in lines))
+    blob, core = encode(value, how, b"", b"")
+    lines.insert(min(where, len(lines)), (f"ERROR {blob} rejected", False))
+    tail = Redactor([value]).clean_lines(lines, 100_000)
+    assert core not in tail
+    assert "\0" not in tail
+    assert Redactor([value]).clean_lines(lines, 0) == ""
+
+
+@settings(max_examples=50)
+@given(st.lists(st.from_regex(r"ghp_[A-Za-z0-9]{36}", fullmatch=True), min_size=2, max_size=4))
+def test_tool_ids_the_cli_reports_are_redacted_and_stay_distinct(ids: list[str]) -> None:
+    assume(len(set(ids)) == len(ids))
+    parent, *children = ids
+    lines = [
+        assistant(tool_use(parent, "Task", description="d", prompt="p")),
+        *(assistant(tool_use(i, "Read", file_path="a"), parent=parent) for i in children),
+        line(type="system", subtype="permission_denied", tool_use_id=children[0], tool_name="Read"),
+        *(tool_result(i, "ok", parent=parent) for i in children),
+        result_line(
+            permission_denials=[{"tool_name": "Read", "tool_use_id": i} for i in ids],
+        ),
+    ]
+    translator = Translator(context())
+    frames = translator.start(1000.0) + translator.receive_data(b"".join(lines), 1001.0)
+    frames += translator.close(EXITED, 1002.0)
+    text = frames_text(frames)
+    assert not any(i in text for i in ids)
+    calls = [f for f in frames if isinstance(f, ToolCall)]
+    assert len({f.tool_id for f in calls}) == len(ids)
+    assert {f.parent_tool_id for f in calls[1:]} == {calls[0].tool_id}
+    assert translator.result is not None
+    assert len(translator.result.permission_denials) == len(ids)
+
+
+def test_a_tool_id_that_only_looks_like_a_secret_is_kept_as_it_is() -> None:
+    translator = Translator(context())
+    frames = translator.start(1000.0)
+    frames += translator.receive_data(assistant(tool_use("toolu_token_01", "Read")), 1001.0)
+    calls = [f for f in frames if isinstance(f, ToolCall)]
+    assert [c.tool_id for c in calls] == ["claude:toolu_token_01"]
+
+
+def test_a_reported_denial_without_a_tool_use_id_names_no_card() -> None:
+    translator = Translator(context())
+    translator.start(1000.0)
+    translator.receive_data(
+        result_line(permission_denials=[{"tool_name": "Bash", "tool_input": {}}]), 1001.0
+    )
+    frames = translator.close(EXITED, 1002.0)
+    result = msgspec.json.decode(encode_frame(frames[-1]))["result"]
+    assert result["permission_denials"] == []
+
+
+@given(st.binary(min_size=16, max_size=16).map(bytes.hex))
+def test_a_text_past_any_bound_is_still_screened_for_secrets(secret: str) -> None:
+    filler = "x" * 70_000  # past the length where the screen takes one regex pass
+    assert PLAIN.text(filler + " token=" + secret + " " + filler).count(secret) == 0
+    assert PLAIN.text(filler) == filler
