@@ -32,7 +32,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bench.harness import ServedDaemon, machine
+from bench.harness import ServedDaemon, machine, on_uvloop
 from tests.fanout.redis_server import RedisServer
 
 TARGET = 20_000.0
@@ -184,12 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args, _ = parser.parse_known_args(argv or [])
     if args.quick:
         args.lines, args.rounds = 5_000, 1
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.run(run(args))
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run(args))
+    return on_uvloop(run(args))
 
 
 if __name__ == "__main__":

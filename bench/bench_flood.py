@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sqlite3
 import statistics
 import sys
 import time
@@ -28,6 +27,7 @@ from typing import TypeVar
 import aiohttp
 
 from bench.harness import BASE, ROOT, ServedDaemon, machine, percentile
+from tests.reliability.conftest import stored_count, stored_status
 
 # The load tests' talkative fake CLI: tool results of ``pad`` bytes, as fast as it can write.
 CHATTY = str(ROOT / "tests" / "reliability" / "chatty_claude.py")
@@ -63,25 +63,6 @@ async def last_seq(d: ServedDaemon, run_id: str) -> int:
     return int((await d.get(f"/v1/runs/{run_id}"))["last_seq"])
 
 
-def stored(db: Path, run_id: str) -> int:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return int(
-            conn.execute("SELECT COUNT(*) FROM frames WHERE run_id = ?", (run_id,)).fetchone()[0]
-        )
-    finally:
-        conn.close()
-
-
-def stored_status(db: Path, run_id: str) -> str:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-    finally:
-        conn.close()
-    return str(row[0])
-
-
 def db_bytes(db: Path) -> tuple[int, int]:
     """Sizes of the database file and of its WAL."""
     wal = Path(f"{db}-wal")
@@ -109,7 +90,7 @@ async def one_pass(name: str, limits: dict[str, int], args: argparse.Namespace) 
 
         await poll(on_disk, lambda status: status != "running")  # its finish lands last
         catch_up = time.monotonic() - ended
-        kept = stored(db, flood)
+        kept = stored_count(db, flood)
         size = db_bytes(db)
     print(
         f"  {name:9} first frame, idle: median {statistics.median(base) * 1000:7.1f} ms,"

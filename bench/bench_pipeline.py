@@ -39,6 +39,7 @@ from bench.harness import (
     ServedDaemon,
     cpu_seconds,
     machine,
+    on_uvloop,
     percentile,
 )
 
@@ -502,12 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.lines, args.lines_max, args.rounds = 2_000, 4_000, 1
     job = run_fanout if args.fanout else run
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.run(job(args))
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(job(args))
+    return on_uvloop(job(args))
 
 
 if __name__ == "__main__":

@@ -16,17 +16,28 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
+import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CLAUDE = str(ROOT / "tests" / "fakes" / "fake_claude.py")
 BASE = "http://codelegate"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+_T = TypeVar("_T")
+
+
+def on_uvloop(main: Coroutine[Any, Any, _T]) -> _T:
+    """Run a benchmark's ``main`` on uvloop, the loop the daemon serves on."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 def machine() -> str:

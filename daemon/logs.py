@@ -3,8 +3,10 @@
 ``run_id`` and ``session_id`` are bound with structlog's contextvars in the task that drives a
 run, so every line that run's code logs carries them. Every event goes through the translator's
 redaction before it is rendered: a token in an error message, an exception's text or a stderr
-tail never reaches the journal. Values the daemon knows to be secret (the TCP bearer token) are
-registered with :func:`mask_exactly` and masked wherever they appear, whatever their shape.
+tail never reaches the journal. Values the daemon knows to be secret (the TCP bearer token, the
+credentials every run is passed) are registered with :func:`mask_known` at start-up and masked
+wherever they appear, whatever their shape or encoding: also in lines that belong to no run
+(aiohttp's own, a traceback).
 
 Logging never breaks serving: a line that cannot be written (stdout a closed pipe, a log
 collector that died, a full disk) is dropped and counted (:func:`lines_dropped`, in /metrics),
@@ -27,37 +29,28 @@ from typing import Any, Final, TextIO, cast
 import msgspec
 import structlog
 
-from translator.redact import MASK, redact_value
+from translator.redact import PLAIN, Redactor
 
 _encoder = msgspec.json.Encoder(enc_hook=repr)
 QUEUE_LINES: Final = 10_000  # lines waiting for a slow stdout; past it new ones are dropped
 EXIT_DRAIN_S: Final = 2.0  # how long the exit waits for queued lines to go out
 _JSON_SCALARS: Final = (str, int, float, bool, type(None))
 _known: set[str] = set()
+# The translator's redaction with every value registered so far (all their encodings); replaced
+# as a whole when one is added, so a line being rendered in another thread sees one or the other.
+_redactor: Redactor = PLAIN
 
 
-def mask_exactly(secret: bytes | str) -> None:
-    """Mask this exact value (and its escaped spelling) in every later log line."""
-    text = secret.decode("utf-8", "surrogateescape") if isinstance(secret, bytes) else secret
-    if len(text) < 8:  # too short to mask without masking ordinary words
-        return
-    _known.add(text)
-    escaped = repr(text)[1:-1]  # how it reads inside an exception's repr
-    if escaped != text:
-        _known.add(escaped)
-
-
-def _mask_known(value: Any) -> Any:
-    if isinstance(value, str):
-        for secret in _known:
-            if secret in value:
-                value = value.replace(secret, MASK)
-        return value
-    if isinstance(value, dict):
-        return {_mask_known(k): _mask_known(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask_known(item) for item in value]
-    return value
+def mask_known(*secrets: bytes | str) -> None:
+    """Mask these values in every later log line, in each form the translator knows (as is,
+    JSON- and URL-escaped, hex, base64) and as they read inside an exception's repr."""
+    global _redactor
+    before = len(_known)
+    for secret in secrets:
+        text = secret.decode("utf-8", "surrogateescape") if isinstance(secret, bytes) else secret
+        _known.update((text, repr(text)[1:-1]))
+    if len(_known) != before:
+        _redactor = Redactor(_known)
 
 
 def _plain(value: Any) -> Any:
@@ -75,13 +68,14 @@ def _plain(value: Any) -> Any:
 def redact_event(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """structlog processor: mask credential-shaped keys and values at any depth.
+    """structlog processor: mask credential-shaped keys and values at any depth, and the values
+    registered with :func:`mask_known` in any encoding.
 
     Runs after ``format_exc_info``, so the ``exception`` field (a traceback with its messages)
     is redacted like every other field.
     """
-    redacted = {key: redact_value(_plain(value)) for key, value in event_dict.items()}
-    return cast(dict[str, Any], _mask_known(redacted)) if _known else redacted
+    redact = _redactor.value
+    return {key: redact(_plain(value)) for key, value in event_dict.items()}
 
 
 def _unicode_safe(value: Any) -> Any:

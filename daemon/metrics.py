@@ -46,7 +46,7 @@ class Metrics:
         frames_published: int,
         frames_queued: int,
         subscribers_dropped: int,
-        log_lines_dropped: int = 0,
+        log_lines_dropped: int,
     ) -> str:
         """The text format (version 0.0.4) for ``GET /metrics``."""
         out: list[str] = []

@@ -280,10 +280,10 @@ class RunManager:
             run.stopping = reason
             _log.info("run_stopping", run_id=run_id, reason=reason)
             if run.child is not None:
-                spawn(self._terminate(run, run.child), name=f"terminate:{run_id}")
+                spawn(self._terminate(run.child), name=f"terminate:{run_id}")
         return True
 
-    async def _terminate(self, run: Run, child: ChildProcess) -> None:
+    async def _terminate(self, child: ChildProcess) -> None:
         await child.terminate(self.config.policy.cancel_grace_s)
 
     # -- driving ---------------------------------------------------------------------------
@@ -388,7 +388,7 @@ class RunManager:
             return Outcome(reason="spawn_failed", stderr_tail=error)
         run.child = child
         if run.stopping is not None:  # cancelled while spawning
-            spawn(self._terminate(run, child), name=f"terminate:{run.run_id}")
+            spawn(self._terminate(child), name=f"terminate:{run.run_id}")
         pump = spawn(self._pump(run, child), name=f"pump:{run.run_id}")
         status: ExitStatus
         try:

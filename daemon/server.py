@@ -36,6 +36,7 @@ from daemon.supervisor import become_subreaper
 from daemon.tasks import spawn
 from policy.checks import token_problem
 from policy.config import Config, ServerConfig, socket_mode_bits
+from policy.environment import passed_secrets
 
 _log = structlog.get_logger("codelegate.server")
 
@@ -241,13 +242,16 @@ async def start_server(
     after: a daemon that cannot have them leaves everything as it found it.
     """
     server = config.server
+    environ = dict(os.environ if environ is None else environ)
     tcp_token: bytes | None = None
     if server.tcp is not None:
         if not server.token_file:
             raise ServerError("server.tcp needs server.token_file")
         tcp_token = read_token(server.token_file)
-        # The daemon knows this secret: whatever shape it has, no log line may carry it.
-        logs.mask_exactly(tcp_token)
+    # The daemon knows these secrets before any run: the TCP token and the credentials every run
+    # is passed. Whatever shape or encoding they take, no log line may carry them, also none that
+    # belongs to no run (aiohttp's own, a traceback); a run's frames mask them by its own plan.
+    logs.mask_known(*passed_secrets(config, environ), *([tcp_token] if tcp_token else []))
     lock = lock_store(config.store.path)
     owned: tuple[str, int] | None = None
     sockets: list[socket.socket] = []

@@ -126,6 +126,15 @@ def _allowed(config: Config, name: str) -> bool:
     return name in claude.pass_env and refused_pass_env(name) is None
 
 
+def _passed(config: Config, parent_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``parent_env`` the allowlist for this config admits, as they are."""
+    return {
+        key: value
+        for key, value in parent_env.items()
+        if "\x00" not in key and "\x00" not in value and _allowed(config, key)
+    }
+
+
 def child_environment(
     config: Config, parent_env: Mapping[str, str], *, marker: tuple[str, str]
 ) -> dict[str, str]:
@@ -133,11 +142,7 @@ def child_environment(
     name, run_id = marker
     if name != RUN_MARKER_VAR or not run_id or "\x00" in run_id:
         raise ValueError(f"the run marker must be ({RUN_MARKER_VAR!r}, <run id>)")
-    env = {
-        key: value
-        for key, value in parent_env.items()
-        if "\x00" not in key and "\x00" not in value and _allowed(config, key)
-    }
+    env = _passed(config, parent_env)
     env[NONESSENTIAL_TRAFFIC_VAR] = "1"
     env[RUN_MARKER_VAR] = run_id
     return env
@@ -175,6 +180,13 @@ def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
             }
         )
     )
+
+
+def passed_secrets(config: Config, parent_env: Mapping[str, str]) -> tuple[str, ...]:
+    """The credentials of ``parent_env`` that every run gets: :func:`secret_values` of what
+    :func:`child_environment` passes on, known before any run starts (the daemon masks them in
+    its own log lines, which belong to no run)."""
+    return secret_values(_passed(config, parent_env))
 
 
 def auth_variables_present(config: Config, parent_env: Mapping[str, str]) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,15 @@ def pinned_claude() -> str | None:
         ROOT / ".tools" / "claude" / "node_modules" / ".bin" / "claude"
     )
     return candidate if shutil.which(candidate) else None
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short folder for Unix sockets: sun_path holds at most 107 bytes, and pytest's
+    tmp_path can be longer."""
+    path = Path(tempfile.mkdtemp(prefix="cl-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ aiohttp client session over that socket.
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
 import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,9 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
+import structlog
 
+from daemon import logs
 from daemon.server import ServerHandle, start_server
 from policy.config import Config, development_config
 from tests.fakes import FAKE_CLAUDE
@@ -28,11 +30,16 @@ BASE = "http://codelegate"
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory for Unix sockets (sun_path is at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="cld-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def log_stream() -> Iterator[io.StringIO]:
+    """The daemon's logging configured as ``serve`` does, into this stream; restored after."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    stream = io.StringIO()
+    logs.configure(level="info", stream=stream)
+    yield stream
+    structlog.reset_defaults()
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
 
 
 @pytest.fixture

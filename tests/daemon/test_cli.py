@@ -7,13 +7,11 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import structlog
 
-from daemon import logs
 from daemon.cli import doctor, load_config, main, translate_stream
 from daemon.pinned import CLAUDE_CODE_VERSION
 from daemon.tool import socket_path, state_dir
@@ -127,18 +125,6 @@ def test_dev_config_refuses_a_workspace_that_holds_the_daemons_state(
     assert main(["dev-config", "--workspace", str(tmp_path / "nope")]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert not os.path.exists(os.path.join(state_dir(), "config.toml"))
-
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
-    stream = io.StringIO()
-    logs.configure(level="info", stream=stream)
-    yield stream
-    structlog.reset_defaults()
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
 
 
 def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:

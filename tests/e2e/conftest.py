@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +22,6 @@ from tests.stub.claude import API_KEY
 
 BASE = "http://codelegate"
 FRAME_TIMEOUT = 30.0
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="cle2e-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def e2e_config(
@@ -117,6 +107,18 @@ class E2E:
         return self.client.ws_connect(f"{BASE}/v1/ws?run={run_id}&after={after}")
 
 
+def workspace_tree(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """``(root, workspace, home)``: the workspace root, its ``demo`` folder holding a
+    ``hello.py``, and the CLI's home (with ``tmp``), all under ``tmp_path``."""
+    root = tmp_path / "workspaces"
+    workspace = root / "demo"
+    home = tmp_path / "home"
+    for folder in (workspace, home, home / "tmp"):
+        folder.mkdir(parents=True)
+    (workspace / "hello.py").write_text('print("hello world")\n')
+    return root, workspace, home
+
+
 @pytest.fixture
 def daemon_policy() -> dict[str, Any]:
     """Extra ``[policy]`` settings; a test overrides it with ``parametrize("daemon_policy", …)``."""
@@ -145,12 +147,7 @@ async def e2e(
     daemon_server: dict[str, Any],
 ) -> AsyncIterator[E2E]:
     """A started daemon (development defaults) against a fresh stub; script ``e2e.stub``."""
-    root = tmp_path / "workspaces"
-    workspace = root / "demo"
-    home = tmp_path / "home"
-    for folder in (workspace, home, home / "tmp"):
-        folder.mkdir(parents=True)
-    (workspace / "hello.py").write_text('print("hello world")\n')
+    root, workspace, home = workspace_tree(tmp_path)
     stub = Stub()
     async with serve_stub(stub):
         env = E2E(stub, workspace, home)

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import BASE, marked_processes
+from tests.e2e.conftest import BASE, marked_processes, workspace_tree
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 from tests.stub.claude import API_KEY
 
@@ -112,12 +112,7 @@ async def served(
 ) -> AsyncIterator[tuple[Served, Stub, Path]]:
     if not CODELEGATE.exists():
         pytest.skip("the codelegate console script is not installed in this venv")
-    root = tmp_path / "workspaces"
-    workspace = root / "demo"
-    home = tmp_path / "home"
-    for folder in (workspace, home / "tmp"):
-        folder.mkdir(parents=True)
-    (workspace / "hello.py").write_text('print("hello world")\n')
+    root, workspace, home = workspace_tree(tmp_path)
     config = tmp_path / "codelegate.toml"
     write_config(config, claude_bin, root, short_dir)
     notify = Notifications(short_dir / "n.sock")

@@ -194,9 +194,7 @@ async def test_tool_reports_a_refusal_as_a_result(
     assert e2e.stub.requests == []
 
 
-async def test_agent_stop_returns_the_daemons_cancelled_result(
-    e2e: E2E, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_agent_stop_returns_the_daemons_cancelled_result(e2e: E2E) -> None:
     """Stop while the model thinks: the run is cancelled by name, the session id comes back."""
     e2e.stub.main.turns = [Turn(text("never sent").blocks, hold=asyncio.Event())]
     assert e2e.handle is not None

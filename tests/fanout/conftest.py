@@ -30,14 +30,14 @@ from tests.daemon.conftest import (
     BASE,
     Daemon,
     make_config,
-    short_dir,
     start_daemon,
     stop_daemon,
     workspace,
 )
 from tests.fanout.redis_server import RedisServer
+from tests.reliability.conftest import post, wait_done
 
-__all__ = ["RedisServer", "short_dir", "workspace"]  # the daemon suite's fixtures, shared
+__all__ = ["RedisServer", "workspace"]  # the daemon suite's fixtures, shared
 
 PREFIX = "cltest"
 SETTLE_S = 60.0  # bound on waiting for Redis to hold everything (fails the test, never sleeps)
@@ -131,6 +131,14 @@ async def replay(d: Daemon, run_id: str) -> list[bytes]:
     async with d.http.get(f"{BASE}/v1/runs/{run_id}/events") as resp:
         assert resp.status == 200
         return (await resp.read()).splitlines()
+
+
+async def published(d: Daemon, task: str) -> tuple[str, list[bytes]]:
+    """Start a run and wait until it is done and on Redis: its id and its NDJSON replay."""
+    run_id = await post(d, task)
+    await wait_done(d, run_id)
+    await settled(d)
+    return run_id, await replay(d, run_id)
 
 
 def expected_entries(lines: list[bytes]) -> list[tuple[bytes, bytes]]:

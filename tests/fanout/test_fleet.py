@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from daemon.cli import doctor
 from daemon.fleet import FleetFrame, Positions, follow_fleet
 from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
-from tests.e2e.conftest import E2E, e2e_config
+from tests.e2e.conftest import E2E, e2e_config, workspace_tree
 from tests.fakes import FAKE_CLAUDE
 from tests.fanout.conftest import (
     PREFIX,
@@ -187,12 +187,7 @@ def test_doctor_checks_the_redis_connection(
 async def test_a_real_cli_run_is_on_redis_byte_equal_to_its_replay(
     claude_bin: str, tmp_path: Path, short_dir: Path, redis_server: RedisServer, redis: Redis
 ) -> None:
-    root = tmp_path / "workspaces"
-    workspace = root / "demo"
-    home = tmp_path / "home"
-    for folder in (workspace, home, home / "tmp"):
-        folder.mkdir(parents=True)
-    (workspace / "hello.py").write_text('print("hello world")\n')
+    root, workspace, home = workspace_tree(tmp_path)
     fanout = fanout_config(short_dir, workspace, redis_server.url).fanout
     config = msgspec.structs.replace(e2e_config(claude_bin, root, short_dir), fanout=fanout)
     stub = Stub()

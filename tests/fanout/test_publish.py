@@ -13,8 +13,8 @@ from tests.fanout.conftest import (
     expected_entries,
     index,
     metric,
+    published,
     publisher,
-    replay,
     settled,
     stream,
 )
@@ -24,10 +24,7 @@ from tests.reliability.conftest import post, wait_done
 async def test_every_frame_is_on_the_runs_stream_gapless_and_byte_equal_to_the_replay(
     fdaemon: Daemon, redis: Redis
 ) -> None:
-    run_id = await post(fdaemon, "fake: tools n=1500\nflood")
-    await wait_done(fdaemon, run_id)
-    await settled(fdaemon)
-    lines = await replay(fdaemon, run_id)
+    run_id, lines = await published(fdaemon, "fake: tools n=1500\nflood")
     assert len(lines) > 1500
     assert await stream(redis, run_id) == expected_entries(lines)
 
@@ -52,10 +49,7 @@ async def test_the_index_has_each_runs_start_and_end_with_host_status_and_invoca
 async def test_a_frame_handed_over_twice_is_refused_by_redis_not_doubled(
     fdaemon: Daemon, redis: Redis
 ) -> None:
-    run_id = await post(fdaemon, "fake: tools n=50\nx")
-    await wait_done(fdaemon, run_id)
-    await settled(fdaemon)
-    lines = await replay(fdaemon, run_id)
+    run_id, lines = await published(fdaemon, "fake: tools n=50\nx")
     pub = publisher(fdaemon)
     before = pub.stats.duplicates
     # The run is complete and forgotten: the publisher takes it as new and sends it all again.
@@ -72,10 +66,7 @@ async def test_with_no_room_in_the_backlog_every_frame_comes_from_the_store(
 ) -> None:
     pub = publisher(fdaemon)
     monkeypatch.setattr(pub, "_max_backlog", 0)
-    run_id = await post(fdaemon, "fake: tools n=400\nx")
-    await wait_done(fdaemon, run_id)
-    await settled(fdaemon)
-    lines = await replay(fdaemon, run_id)
+    run_id, lines = await published(fdaemon, "fake: tools n=400\nx")
     assert pub.stats.deferred >= len(lines) - 1  # live frames of a run behind are skipped
     assert await stream(redis, run_id) == expected_entries(lines)
     assert [e["status"] for e in await index(redis)] == ["running", "completed"]
@@ -84,10 +75,8 @@ async def test_with_no_room_in_the_backlog_every_frame_comes_from_the_store(
 async def test_metrics_count_published_pending_and_failed_entries(
     fdaemon: Daemon, redis: Redis
 ) -> None:
-    run_id = await post(fdaemon, "fake: tools n=20\nx")
-    await wait_done(fdaemon, run_id)
-    await settled(fdaemon)
-    n = len(await replay(fdaemon, run_id))
+    _, lines = await published(fdaemon, "fake: tools n=20\nx")
+    n = len(lines)
     assert await metric(fdaemon, "codelegate_fanout_published_total") == n
     assert await metric(fdaemon, "codelegate_fanout_pending") == 0
     assert await metric(fdaemon, "codelegate_fanout_failed_total") == 0

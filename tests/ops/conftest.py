@@ -7,7 +7,6 @@ daemon/tool.py and daemon/terminal.py; its answers are scripted per test.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +36,6 @@ class FakeDaemon:
     ws_query: dict[str, str] = field(default_factory=dict)
     # GET /v1/runs/{id}: the runs this stand-in knows (others are run_not_found).
     states: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
-@pytest.fixture
-def short_dir() -> Any:
-    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
-    with tempfile.TemporaryDirectory(prefix="cl-ops-") as path:
-        yield Path(path)
 
 
 @pytest.fixture

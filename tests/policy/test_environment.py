@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import msgspec
 import pytest
 
@@ -11,7 +13,9 @@ from policy.environment import (
     RUN_MARKER_VAR,
     auth_variables_present,
     child_environment,
+    passed_secrets,
     refused_pass_env,
+    secret_values,
 )
 from tests.policy.conftest import make_config
 
@@ -74,6 +78,16 @@ def test_exactly_the_allowlist(config: Config) -> None:
     assert env[NONESSENTIAL_TRAFFIC_VAR] == "1"
     assert env[RUN_MARKER_VAR] == "run_0123"
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-secret"
+
+
+def test_the_credentials_every_run_gets_are_known_before_any_run() -> None:
+    # What the daemon masks in its own log lines: the same values a run's plan names, no more.
+    key, token, aws = (secrets.token_urlsafe(24) for _ in range(3))
+    config = make_config('[claude]\npass_env = ["GITHUB_TOKEN"]')
+    parent = {**DAEMON_ENV, "ANTHROPIC_API_KEY": key, "GITHUB_TOKEN": token}
+    parent["AWS_SECRET_ACCESS_KEY"] = aws  # Bedrock is off: never passed, so not a run's secret
+    run = child_environment(config, parent, marker=MARKER)
+    assert passed_secrets(config, parent) == secret_values(run) == tuple(sorted({key, token}))
 
 
 def test_bedrock_only_when_enabled() -> None:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sqlite3
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +101,24 @@ def stored_frames(db_path: str, run_id: str) -> list[dict[str, Any]]:
     return [msgspec.json.decode(bytes(r[0])) for r in rows]
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="clrel-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def stored_count(db_path: str | Path, run_id: str) -> int:
+    """How many frames of the run the SQLite file holds (read-only)."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT COUNT(*) FROM frames WHERE run_id = ?", (run_id,)).fetchone()
+    finally:
+        conn.close()
+    return int(row[0])
+
+
+def stored_status(db_path: str | Path, run_id: str) -> str:
+    """The run's status as the SQLite file holds it (read-only)."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    finally:
+        conn.close()
+    return str(row[0])
 
 
 @pytest.fixture

@@ -30,16 +30,6 @@ async def served(tmp_path: Path, short_dir: Path) -> AsyncIterator[Served]:
         await s.stop()
 
 
-def stored_count(db: Path, run_id: str) -> int:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return int(
-            conn.execute("SELECT COUNT(*) FROM frames WHERE run_id = ?", (run_id,)).fetchone()[0]
-        )
-    finally:
-        conn.close()
-
-
 def stored(db: Path, run_id: str) -> list[dict[str, Any]]:
     """The run's frames as the file holds them now (what survives a SIGKILL)."""
     with contextlib.suppress(sqlite3.Error):

@@ -59,6 +59,15 @@ async def held() -> AsyncIterator[tuple[Stub, asyncio.Event]]:
 
 
 @pytest.mark.e2e
+async def still_serves(served: Served) -> None:
+    """The Unix socket answers /healthz and a new run completes."""
+    status, health = await served.json("GET", "/healthz")
+    assert (status, health["status"]) == (200, "ok")
+    status, body = await served.json("POST", "/v1/runs", json={"task": "fake: normal", "cwd": "."})
+    assert status == 202, body
+    assert (await wait_done(served, body["run_id"]))["status"] == "completed"
+
+
 async def test_a_second_serve_exits_nonzero_and_touches_nothing(
     claude_bin: str,
     dirs: tuple[Path, Path],
@@ -165,13 +174,7 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
         assert b'"too_many_connections"' in turned_away
 
         # While the flood holds its share: the Unix socket answers and a new run completes.
-        status, health = await served.json("GET", "/healthz")
-        assert (status, health["status"]) == (200, "ok")
-        status, body = await served.json(
-            "POST", "/v1/runs", json={"task": "fake: normal", "cwd": "."}
-        )
-        assert status == 202, body
-        assert (await wait_done(served, body["run_id"]))["status"] == "completed"
+        await still_serves(served)
         # The run that was going when the flood came finishes with all of its frames.
         assert (await wait_done(served, running))["status"] == "completed"
         frames = await served.events(running)
@@ -301,13 +304,7 @@ async def test_a_stdout_nobody_reads_never_stalls_requests_runs_or_shutdown(
             assert (await wait_done(served, body["run_id"]))["status"] == "completed"
         buffered = struct.unpack("i", fcntl.ioctl(out, termios.FIONREAD, b"\0" * 4))[0]
         assert buffered > PIPE_BYTES // 2, buffered  # the pipe is full: writes would block
-        status, health = await served.json("GET", "/healthz")
-        assert (status, health["status"]) == (200, "ok")
-        status, body = await served.json(
-            "POST", "/v1/runs", json={"task": "fake: normal", "cwd": "."}
-        )
-        assert status == 202, body
-        assert (await wait_done(served, body["run_id"]))["status"] == "completed"
+        await still_serves(served)
     finally:
         code = await served.stop()
     assert code == 0, served.log.read_text()[-2000:]

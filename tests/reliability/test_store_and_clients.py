@@ -21,6 +21,7 @@ from tests.reliability.conftest import (
     start_daemon,
     stop_daemon,
     stored_frames,
+    stored_status,
     until,
     wait_done,
 )
@@ -41,16 +42,6 @@ async def disk_full(store: RunStore, full: bool) -> None:
         conn.execute(f"PRAGMA max_page_count = {pages if full else 1 << 30}")
 
     await store._call(limit)  # the store thread owns the connection
-
-
-def stored_status(db: str, run_id: str) -> str:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return str(
-            conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
-        )
-    finally:
-        conn.close()
 
 
 async def test_disk_full_mid_run_loses_nothing_once_space_returns(

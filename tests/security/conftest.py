@@ -7,22 +7,28 @@ The spy is a tiny shell script in front of the fault-injecting fake CLI: every s
 
 from __future__ import annotations
 
-import shutil
 import stat
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from policy.config import Config
-from tests.daemon.conftest import Daemon, make_config, start_daemon, stop_daemon
+from tests.daemon.conftest import (  # log_stream: the fixture, shared
+    Daemon,
+    log_stream,
+    make_config,
+    start_daemon,
+    stop_daemon,
+)
 
 # The real daemon + real CLI + API stub of the end-to-end suite, for the tests that need the
 # pinned CLI to plant the input (settings isolation).
 from tests.e2e.conftest import daemon_claude, daemon_policy, daemon_server, e2e  # noqa: F401
 from tests.fakes import FAKE_CLAUDE
+
+__all__ = ["log_stream"]
 
 
 class Spy:
@@ -44,14 +50,6 @@ class Spy:
     def starts(self) -> list[str]:
         """One ``"<pid> <cwd>"`` line per start."""
         return self.log.read_text().splitlines() if self.log.exists() else []
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder for the Unix socket (sun_path holds at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="clsec-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

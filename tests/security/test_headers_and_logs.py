@@ -9,6 +9,7 @@ redacted like every other field, and the secrets the daemon knows are masked wha
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import logging
 import secrets
@@ -18,7 +19,8 @@ import msgspec
 import structlog
 
 from daemon import logs
-from tests.daemon.test_cli import log_stream  # noqa: F401 - the fixture, reused
+from daemon.server import start_server
+from tests.daemon.conftest import child_environ, make_config
 from tests.reliability.served import Served, write_config
 from tests.security.test_secrets import store_bytes
 
@@ -90,12 +92,12 @@ async def test_a_token_with_a_stray_byte_gets_a_json_4xx_and_reaches_no_log(
 
 
 def test_exception_text_is_redacted_and_known_secrets_masked_in_every_field(
-    log_stream: io.StringIO,  # noqa: F811
+    log_stream: io.StringIO,
 ) -> None:
     known = secrets.token_hex(20)  # no credential shape: only knowing it masks it
     shaped = "sk-ant-api03-" + secrets.token_urlsafe(32)
     surrogate = "x\udcff" + secrets.token_hex(4)  # as a surrogateescape-decoded header reads
-    logs.mask_exactly(known)
+    logs.mask_known(known)
     log = structlog.get_logger("t")
     try:
         raise ValueError(f"bad header {known!r}\x00 and {shaped} {surrogate}")
@@ -112,3 +114,33 @@ def test_exception_text_is_redacted_and_known_secrets_masked_in_every_field(
     for line in lines:
         assert known not in line
         assert shaped not in line
+
+
+async def test_a_credential_the_daemon_passes_to_runs_is_masked_in_log_lines_of_no_run(
+    log_stream: io.StringIO,
+    short_dir: Path,
+    tmp_path: Path,
+) -> None:
+    # Registered at start-up from the daemon's own environment, before any run: a line of
+    # aiohttp's or a traceback that quotes the key (in any encoding) is masked too.
+    key = "sk-" + secrets.token_hex(24)  # no credential shape past the prefix: knowing it masks it
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    environ = {**child_environ(tmp_path), "ANTHROPIC_API_KEY": key}
+    handle = await start_server(make_config(short_dir, workspace), environ=environ)
+    try:
+        forms = {
+            "bare": key,
+            "base64": base64.b64encode(f"user:{key}".encode()).decode(),
+            "hex": key.encode().hex(),
+        }
+        for what, form in forms.items():
+            logging.getLogger("aiohttp.server").warning("Error handling request %s", form)
+            structlog.get_logger("t").warning("unhandled", what=what, detail=f"x={form};")
+    finally:
+        await handle.close()
+    log = log_stream.getvalue()
+    assert log.count('"Error handling request') == 3, log
+    for what, form in forms.items():
+        middle = form[len(form) // 4 : -len(form) // 4]  # only the key's own characters
+        assert middle not in log, what
