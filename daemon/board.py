@@ -246,6 +246,8 @@ class Board:
         if frame.parent_tool_id and frame.parent_tool_id in self.cards:
             self.cards[frame.parent_tool_id].note = _one_line(frame.text, _NOTE_CHARS)
             return []
+        if frame.partial:
+            return []  # still streaming: printed once, whole, by its last frame
         return [Text(frame.text.strip())]
 
     def _finish(self, result: FinalResult) -> list[RenderableType]:

@@ -45,6 +45,13 @@ async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int
             store.append_frame(rec.run_id, frame.seq, encode_frame(frame), always=True)
         result = translator.result
         status = result.status if result is not None else "interrupted"
+        if rec.parent_tool_call_id is not None:  # a follow-up continues its Work Room
+            try:
+                await store.advance_invocation(
+                    rec.parent_tool_call_id, translator.revision, translator.activity_sequence
+                )
+            except StoreError as exc:
+                _log.error("store_invocation_failed", run_id=rec.run_id, error=str(exc))
         try:
             await store.finish_run(
                 rec.run_id,

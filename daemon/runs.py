@@ -185,6 +185,11 @@ class RunManager:
         else:
             session_id = str(uuid.uuid4())
             resumed = False
+        parent = request.parent
+        # The last await before registration: the marks read from memory stay current.
+        revision, sequence = (
+            await self._work_room_marks(parent.tool_call_id) if parent is not None else (0, 0)
+        )
         # Capacity checks and registration happen with no await in between, so two concurrent
         # requests cannot both take the last slot or the same session.
         if len(self._active) >= self.config.policy.max_concurrent_runs:
@@ -200,7 +205,6 @@ class RunManager:
             parent_env=self._environ,
             marker=(RUN_MARKER_VAR, run_id),
         )
-        parent = request.parent
         now = time.time()
         ctx = RunContext(
             run_id=run_id,
@@ -211,6 +215,8 @@ class RunManager:
             session_id=session_id,
             resumed=resumed,
             started_at=now,
+            revision_base=revision,
+            sequence_base=sequence,
         )
         run = Run(
             run_id=run_id,
@@ -240,6 +246,34 @@ class RunManager:
             cwd=cwd,
         )
         return run
+
+    async def _work_room_marks(self, parent_tool_call_id: str) -> tuple[int, int]:
+        """Where a run under this parent tool call continues O Chat's Work Room.
+
+        A follow-up prompt comes under the same parent: its stateRevision must pass every
+        earlier run's (O Chat ignores a revision it has seen as stale) and its rows go below
+        theirs. The store keeps what finished runs reached; runs still running, or finished
+        and maybe not written yet, are read from memory (no await after that read).
+        """
+        revision, sequence = await self._store.invocation_marks(parent_tool_call_id)
+        for run in (*self._active.values(), *self._recent.values()):
+            if run.parent_tool_call_id == parent_tool_call_id:
+                revision = max(revision, run.translator.revision)
+                sequence = max(sequence, run.translator.activity_sequence)
+        return revision, sequence
+
+    async def _keep_work_room_marks(self, run: Run) -> None:
+        if run.parent_tool_call_id is None:
+            return
+        translator = run.translator
+        try:
+            await self._store.advance_invocation(
+                run.parent_tool_call_id, translator.revision, translator.activity_sequence
+            )
+        except StoreError as exc:  # kept in memory while the run is recent; logged
+            _log.error("store_invocation_failed", error=str(exc))
+        except Exception as exc:  # never keep the run's waiters waiting
+            _log.exception("store_invocation_failed", error=repr(exc))
 
     # -- cancelling ------------------------------------------------------------------------
 
@@ -479,6 +513,7 @@ class RunManager:
         except Exception as exc:
             _log.exception("store_finish_failed", error=repr(exc))
         finally:
+            await self._keep_work_room_marks(run)
             run.done.set()
             _log.info(
                 "run_finished",

@@ -488,6 +488,16 @@ class RunStore:
         rows = await self._call(store_db.select, sql, session_id)
         return str(rows[0][0]) if rows else None
 
+    async def invocation_marks(self, parent_tool_call_id: str) -> tuple[int, int]:
+        """The last stateRevision and Work Room row number used under a parent tool call."""
+        return await self._call(store_db.invocation_marks, parent_tool_call_id)
+
+    async def advance_invocation(
+        self, parent_tool_call_id: str, revision: int, sequence: int
+    ) -> None:
+        """Record the counters a run under a parent tool call reached (they only grow)."""
+        await self._call(store_db.advance_invocation, parent_tool_call_id, revision, sequence)
+
     async def prune(self, retention_days: float, max_runs: int, *, now: float | None = None) -> int:
         """Delete finished runs older than ``retention_days`` or beyond the newest ``max_runs``.
 

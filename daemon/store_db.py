@@ -45,6 +45,16 @@ CREATE TABLE IF NOT EXISTS sessions (
     issued_at REAL NOT NULL
 );
 """
+# O Chat's Work Room of a parent tool call lives across runs (a follow-up continues it): the last
+# stateRevision and row number used under each invocation, so that the next run continues them.
+# Kept apart from runs (pruning a run does not reset its Work Room's counters).
+INVOCATIONS_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS invocations (
+    parent_tool_call_id TEXT PRIMARY KEY,
+    revision INTEGER NOT NULL,
+    sequence INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
 # The order of RunRecord's fields (checked by a test).
 COLUMNS: Final = (
     "run_id, status, created_at, finished_at, cwd, mode, session_id, resumed,"
@@ -80,6 +90,7 @@ def connect(path: str) -> sqlite3.Connection:
         if version > SCHEMA_VERSION:
             raise sqlite3.OperationalError(f"schema version {version} is newer than this daemon")
         conn.executescript(SCHEMA)
+        conn.executescript(INVOCATIONS_SCHEMA)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.close()
@@ -141,6 +152,31 @@ def create_run(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
             )
 
     transaction(conn, write)
+
+
+def invocation_marks(conn: sqlite3.Connection, parent_tool_call_id: str) -> tuple[int, int]:
+    """The last (stateRevision, row number) used under a parent tool call; (0, 0) if none."""
+    row = conn.execute(
+        "SELECT revision, sequence FROM invocations WHERE parent_tool_call_id = ?",
+        (parent_tool_call_id,),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def advance_invocation(
+    conn: sqlite3.Connection, parent_tool_call_id: str, revision: int, sequence: int
+) -> None:
+    """Record what a run used under a parent tool call; the counters never go back."""
+    transaction(
+        conn,
+        lambda: conn.execute(
+            "INSERT INTO invocations (parent_tool_call_id, revision, sequence) VALUES (?, ?, ?)"
+            " ON CONFLICT (parent_tool_call_id) DO UPDATE SET"
+            " revision = MAX(revision, excluded.revision),"
+            " sequence = MAX(sequence, excluded.sequence)",
+            (parent_tool_call_id, revision, sequence),
+        ),
+    )
 
 
 def select(conn: sqlite3.Connection, sql: str, *params: Any) -> list[tuple[Any, ...]]:

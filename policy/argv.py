@@ -23,6 +23,11 @@ FIXED_FLAGS: Final = (
     "--output-format",
     "stream-json",
     "--verbose",
+    # Cards open when a tool_use block starts and text streams (the full lines still follow):
+    # a long Write is visible while the model writes it.
+    "--include-partial-messages",
+    # A subagent's text comes too (with parent_tool_use_id): shown under its Task card.
+    "--forward-subagent-text",
     "--safe-mode",
     # --safe-mode still loads the user, project and local settings files: a cloned repository's
     # .claude/settings*.json (or whatever shares HOME) could add allow rules, set env for tool

@@ -8,6 +8,7 @@ state they act on and the intake of lines.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from typing import Final
 
@@ -24,6 +25,7 @@ from translator.frames import (
     ProviderActivity,
     ProviderMessage,
     ToolCall,
+    ToolCallUpdate,
     ToolProgress,
     ToolResult,
     frame_id,
@@ -32,7 +34,6 @@ from translator.outcome import NAME_CHARS, Limits, RunContext
 from translator.patch import creation_diff, unified_diff
 from translator.redact import (
     Redactor,
-    bound_chars,
     bound_text,
 )
 from translator.review import Review
@@ -44,12 +45,16 @@ from translator.summary import (
     changed_path,
     tool_title,
 )
+from translator.units import bound_units, clean_units
 
 TOOL_PREFIX: Final = "claude:"
 NAME_PREFIX: Final = "Claude Code › "
 _UNKNOWN_TOOL: Final = "unknown"
 _TASK_END: Final = frozenset({"completed", "failed", "stopped", "killed"})
 _args_encoder: Final = msgspec.json.Encoder()
+_STREAM_EVERY: Final = 0.1  # seconds between two updates of a streamed message (≈ 10 a second)
+_UPDATE_EVERY: Final = 1.0  # seconds between two progress texts of one card
+_SPACES: Final = (" ", "\n", "\t")
 
 
 class Card:
@@ -57,7 +62,6 @@ class Card:
 
     # A plain slotted class: one is made per tool call, on the hot path.
     __slots__ = (
-        "activity_seq",
         "args",
         "background",
         "changed",
@@ -66,10 +70,13 @@ class Card:
         "kind",
         "name",
         "parent_tool_id",
+        "partial",
+        "sequence",
         "started",
         "task_status",
         "tool",
         "tool_id",
+        "updated_at",
         "use_id",
     )
 
@@ -92,11 +99,28 @@ class Card:
         self.started = started
         self.args = args
         self.changed = changed
-        self.activity_seq = 0
+        self.partial = False  # opened at its block's start: the arguments are still coming
+        self.sequence = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
         self.background = False  # an async subagent: ends on task_notification, not its result
         self.denied: str | None = None  # the CLI's reason when permission was denied
         self.content: str | None = None  # a Write's text, for a creation diff
         self.task_status: str | None = None  # a background task's end, from task_updated
+        self.updated_at = float("-inf")  # when its last progress text went out
+
+
+class StreamedText:
+    """An assistant text block as it streams (``--include-partial-messages``)."""
+
+    __slots__ = ("chunks", "index", "message_id", "parent", "sent", "sent_at", "size")
+
+    def __init__(self, message_id: str, parent: str | None, index: int) -> None:
+        self.message_id = message_id
+        self.parent = parent
+        self.index = index  # the block's index in its message (deltas name it)
+        self.chunks: list[str] = []
+        self.size = 0
+        self.sent = ""
+        self.sent_at = float("-inf")
 
 
 class CardRules:
@@ -124,6 +148,9 @@ class CardRules:
     review: Review
     _invocation: str | None
     _parent: str | None
+    _sequence: int
+    _message_ids: dict[str, None]
+    _streaming: dict[str | None, StreamedText]
     _count: Callable[..., None]
     _said: Callable[..., str]
     _tool_id: Callable[[str], str]
@@ -141,10 +168,15 @@ class CardRules:
         for block in content:
             kind = block.type
             if kind == "tool_use":
-                if block.id and block.id not in self._seen:
+                use_id = block.id
+                if use_id and use_id not in self._seen:
                     # The model chooses the name: it goes into every frame of the card.
                     tool = self._said(block.name or _UNKNOWN_TOOL, NAME_CHARS)
-                    self._open(block.id, tool, block.input, parent)
+                    self._open(use_id, tool, block.input, parent)
+                elif use_id:
+                    card = self._cards.get(use_id)
+                    if card is not None and card.partial:
+                        self._fill(card, block.input)
             elif kind == "text" and block.text:
                 self._message(block.text, parent)
 
@@ -156,42 +188,70 @@ class CardRules:
             if block.type == "tool_result" and block.tool_use_id:
                 self._tool_result(block, msg.tool_use_result, msg.parent_tool_use_id)
 
-    def _open(self, use_id: str, tool: str, raw_args: object, parent: str | None) -> None:
+    def _open(
+        self, use_id: str, tool: str, raw_args: object, parent: str | None, partial: bool = False
+    ) -> None:
         self._seen.add(use_id)
+        card = Card(use_id, tool, self._tool_id(parent) if parent else None, self._now, None, None)
+        card.partial = partial
+        if self._set_args(card, raw_args):
+            # The same screen found nothing to mask in the id either: it is its own frame id.
+            self._tool_ids[use_id] = TOOL_PREFIX + use_id
+        card.tool_id = self._tool_id(use_id)
+        self._cards[use_id] = card
+        self.tools_started += 1
+        if self._invocation is not None:
+            # The row first: a tool_call before it would make O Chat show a raw row (the
+            # command, an absolute path) until the typed row replaced it.
+            self._sequence = card.sequence = self._sequence + 1
+            self._activity(card, "running")
+        self._call(card)
+        held = self._held.pop(use_id, None) if self._held else None
+        if held:
+            self._held_count -= len(held)
+            for msg in held:
+                self._dispatch(msg)
+
+    def _fill(self, card: Card, raw_args: object) -> None:
+        # The block of a card opened at its start is complete: a repeated tool_call carries
+        # the whole (bounded) arguments, and O Chat and the terminal update the card in place.
+        card.partial = False
+        self._set_args(card, raw_args)
+        if self._invocation is not None and card.changed is not None:
+            self._activity(card, "running")  # the row learns its file
+        self._call(card)
+
+    def _set_args(self, card: Card, raw_args: object) -> bool:
+        """The card's cleaned args (and changed file); True when the screen that passed them
+        found nothing to mask in the card's id either."""
         limits = self.limits
         redactor = self.redactor
+        use_id = card.use_id
         args: object = (
             redactor.clean_flat(raw_args, limits.arg_bytes, limits.items, use_id)
             if type(raw_args) is dict and len(use_id) <= NAME_CHARS
             else None
         )
+        screened = args is not None
         if args is None:
             args = redactor.clean_value(raw_args, string_bytes=limits.arg_bytes, items=limits.items)
-            tool_id = self._tool_id(use_id)
-        else:
-            # The same screen found nothing to mask in the id either: it is its own frame id.
-            tool_id = self._tool_ids[use_id] = TOOL_PREFIX + use_id
         encoded = _args_encoder.encode(args)
         if len(encoded) > limits.arg_bytes:
             args = _shrink_args(redactor, args, limits.arg_bytes)
+        card.args = args
+        tool = card.tool
         changed = changed_path(tool, raw_args, self.ctx.cwd)
-        card = Card(
-            use_id,
-            tool,
-            self._tool_id(parent) if parent else None,
-            self._now,
-            args,
-            # From the raw input (the cleaned args may be cut), so redacted here: it goes into
-            # files_changed and the activity's files.
-            self._said(changed) if changed is not None else None,
-            tool_id,
-        )
+        # From the raw input (the cleaned args may be cut), so redacted here: it goes into
+        # files_changed and the activity's files.
+        card.changed = self._said(changed) if changed is not None else None
         if tool == "Write" and isinstance(raw_args, dict):
             content = raw_args.get("content")
             if isinstance(content, str):
                 card.content = content[: 2 * limits.result_bytes]
-        self._cards[use_id] = card
-        self.tools_started += 1
+        return screened
+
+    def _call(self, card: Card) -> None:
+        limits = self.limits
         # Built here rather than through _frame: keyword splatting cost a microsecond a frame.
         self.seq = seq = self.seq + 1
         self._out.append(
@@ -206,21 +266,16 @@ class CardRules:
                 parentToolCallId=self._parent,
                 tool_id=card.tool_id,
                 name=card.name,
-                args=args,
+                args=card.args,
                 status="in_progress",
                 parent_tool_id=card.parent_tool_id,
                 # From the cleaned args: already redacted, so only cut here.
-                summary=bound_chars(tool_title(tool, args, self.ctx.cwd), limits.summary_chars),
+                summary=bound_units(
+                    tool_title(card.tool, card.args, self.ctx.cwd), limits.summary_chars
+                ),
             )
         )
         self.review.observe(self._out[-1])
-        if self._invocation is not None:
-            self._activity(card, "running")
-        held = self._held.pop(use_id, None) if self._held else None
-        if held:
-            self._held_count -= len(held)
-            for msg in held:
-                self._dispatch(msg)
 
     def _tool_result(self, block: wire.ResultBlock, extra: msgspec.Raw, parent: str | None) -> None:
         use_id = block.tool_use_id or ""
@@ -255,6 +310,7 @@ class CardRules:
                     # A background subagent: its card stays open until task_notification.
                     card.background = True
                     self._progress(card, self._elapsed(card), summary="Running in the background")
+                    self._update(card, "Running in the background")
                     return
             elif card.changed is not None and details is not None:
                 if details.structuredPatch:
@@ -296,16 +352,22 @@ class CardRules:
             return
         if subtype == "task_progress":
             usage = wire.task_usage(event.usage)
+            description = wire.text(event.description)
+            last_tool = wire.text(event.last_tool_name)
+            last_tool = self._said(last_tool) if last_tool else None
             self._progress(
                 card,
                 usage.duration_ms if usage.duration_ms is not None else self._elapsed(card),
-                summary=wire.text(event.description),
+                summary=description,
                 tool_uses=usage.tool_uses,
                 total_tokens=usage.total_tokens,
-                last_tool_name=self._said(last)
-                if (last := wire.text(event.last_tool_name))
-                else None,
+                last_tool_name=last_tool,
             )
+            if self._invocation is None:
+                uses = usage.tool_uses
+                done = f"{uses} tool use{'s' if uses != 1 else ''}" if uses else ""
+                last = f"last: {last_tool}" if last_tool else ""
+                self._update(card, " · ".join(filter(None, (description, done, last))))
             return
         if not card.background:
             # A Bash task (local_bash) or a foreground subagent closes on its tool_result, and
@@ -352,6 +414,10 @@ class CardRules:
                 self._files[card.changed] = None
         else:
             self.tools_failed += 1
+            if error and not text.strip():
+                text = error  # O Chat shows a card's result, never its error
+        if self._invocation is not None:
+            self._activity(card, "completed" if ok else "failed")
         self.seq = seq = self.seq + 1
         self._out.append(
             ToolResult(
@@ -377,8 +443,6 @@ class CardRules:
             )
         )
         self.review.observe(self._out[-1])
-        if self._invocation is not None:
-            self._activity(card, "completed" if ok else "failed")
 
     def _progress(
         self, card: Card, elapsed_ms: int, summary: str | None = None, **counters: object
@@ -388,16 +452,105 @@ class CardRules:
             tool_id=card.tool_id,
             name=card.name,
             elapsed_ms=max(elapsed_ms, 0),
-            summary=self.redactor.clean_chars(summary, self.limits.summary_chars)
+            summary=clean_units(summary, self.limits.summary_chars, self.redactor.clean_chars)
             if summary
             else None,
             **counters,
+        )
+
+    def _update(self, card: Card, text: str) -> None:
+        # A running tool_call_update replaces the card's text in O Chat: the only way it shows
+        # an open card moving. Inside a Work Room it is ignored (typed rows), so not sent there;
+        # at most one a second per card.
+        if self._invocation is not None or not text or self._now - card.updated_at < _UPDATE_EVERY:
+            return
+        card.updated_at = self._now
+        self._frame(
+            ToolCallUpdate,
+            tool_id=card.tool_id,
+            name=card.name,
+            status="in_progress",
+            result=self.redactor.clean_text(text, self.limits.result_bytes),
+            parent_tool_id=card.parent_tool_id,
         )
 
     def _elapsed(self, card: Card) -> int:
         return max(int((self._now - card.started) * 1000), 0)
 
     def _message(self, text: str, parent: str | None) -> None:
+        # A text block whose start streamed already keeps that message's id; the full text
+        # replaces what was streamed.
+        streamed = self._streaming.pop(parent, None) if self._streaming else None
+        message_id = streamed.message_id if streamed is not None else self._message_id()
+        text = clean_units(text, self.limits.text_chars, self.redactor.clean_chars)
+        self._message_frame(message_id, text, parent)
+        task = self._cards.get(parent) if parent is not None else None
+        if task is not None:
+            self._update(task, text)  # a subagent's words, on its Task card
+
+    def _message_id(self) -> str:
+        # O Chat keeps a message by its id (and drops one without): the run's n-th message.
+        message_id = f"{self._run_id}:message:{len(self._message_ids) + 1}"
+        self._message_ids[message_id] = None
+        return message_id
+
+    def _stream(self, msg: wire.StreamEvent) -> None:
+        event = msg.event
+        parent = msg.parent_tool_use_id
+        if event is None or (parent is not None and parent not in self._seen):
+            return  # a subagent's partial before its Task card: its full lines are held
+        kind = event.type
+        if kind == "content_block_delta":
+            streamed = self._streaming.get(parent)
+            delta = event.delta
+            if streamed is not None and streamed.index == event.index and delta and delta.text:
+                self._grow(streamed, delta.text)
+            return
+        # A block's full line comes before the next block of its agent starts (a stream fact):
+        # a text still streaming then never got one (a stream cut off) and ends as far as it
+        # got, so that nothing stays half-shown and the next full line is not taken for it.
+        if parent in self._streaming:
+            self._end_stream(parent)
+        block = event.content_block
+        if kind != "content_block_start" or block is None:
+            return
+        if block.type == "tool_use":
+            if block.id and block.id not in self._seen:
+                tool = self._said(block.name or _UNKNOWN_TOOL, NAME_CHARS)
+                self._open(block.id, tool, {}, parent, partial=True)
+        elif block.type == "text":
+            self._streaming[parent] = StreamedText(self._message_id(), parent, event.index)
+
+    def _grow(self, streamed: StreamedText, text: str) -> None:
+        if streamed.size <= 2 * self.limits.text_chars:  # the full line has the rest anyway
+            streamed.chunks.append(text)
+            streamed.size += len(text)
+        if self._now - streamed.sent_at < _STREAM_EVERY:
+            return  # coalesced: the next delta (or the full text) carries this one
+        so_far = "".join(streamed.chunks)
+        streamed.chunks = [so_far]
+        # Up to the last space: a credential-shaped word is masked only once it is whole.
+        settled = so_far[: max(0, *(so_far.rfind(space) for space in _SPACES))].rstrip()
+        if not settled:
+            return
+        redactor = self.redactor
+        settled = _close_quotes(settled, redactor.text)
+        text = clean_units(settled, self.limits.text_chars, redactor.clean_chars)
+        if text != streamed.sent:
+            streamed.sent, streamed.sent_at = text, self._now
+            self._message_frame(streamed.message_id, text, streamed.parent, partial=True)
+
+    def _end_stream(self, parent: str | None) -> None:
+        """The streamed text of ``parent`` whose full line never came: ends with what streamed."""
+        streamed = self._streaming.pop(parent)
+        text = "".join(streamed.chunks)
+        if text.strip():
+            text = clean_units(text, self.limits.text_chars, self.redactor.clean_chars)
+            self._message_frame(streamed.message_id, text, streamed.parent)
+
+    def _message_frame(
+        self, message_id: str, text: str, parent: str | None, partial: bool = False
+    ) -> None:
         self.seq = seq = self.seq + 1
         self._out.append(
             ProviderMessage(
@@ -410,24 +563,48 @@ class CardRules:
                 invocationId=self._invocation,
                 parentToolCallId=self._parent,
                 role="assistant",
-                text=self.redactor.clean_chars(text, self.limits.text_chars),
+                messageId=message_id,
+                text=text,
                 parent_tool_id=self._tool_id(parent) if parent else None,
+                partial=partial,
             )
         )
 
     def _activity(self, card: Card, status: ActivityStatus) -> None:
-        card.activity_seq += 1
         title, summary = activity_texts(card.kind, status)
+        changed = card.changed
         self._frame(
             ProviderActivity,
             activityId=card.tool_id,
-            sequence=card.activity_seq,
+            sequence=card.sequence,
             kind=card.kind,
             status=status,
             title=title,
             summary=summary,
-            files=[card.changed] if card.changed is not None else None,
+            # The only per-row detail O Chat shows: file names (it keeps at most 8 of 128 chars).
+            files=_file_names(changed, self.redactor.clean_chars),
         )
+
+
+def _close_quotes(text: str, redact: Callable[[str], str]) -> str:
+    """``text`` redacted as if its last line's open quotes were closed.
+
+    A quoted secret (``password = "two words"``) is masked whole only once its closing quote
+    has come: while it streams, the words after the first would show. Redacting with the quote
+    closed masks them; the added quote is taken off again.
+    """
+    line = text[text.rfind("\n") + 1 :]
+    closer = ('"' if line.count('"') % 2 else "") + ("'" if line.count("'") % 2 else "")
+    if not closer:
+        return text
+    red = redact(text + closer)
+    return red.removesuffix(closer)
+
+
+def _file_names(changed: str | None, clean: Callable[[str, int], str]) -> list[str] | None:
+    # Basenames: a row is no place for the workspace's layout, nor for an absolute path.
+    name = posixpath.basename(changed.rstrip("/")) if changed else ""
+    return [clean(name, 128)] if name else None
 
 
 def _result_text(content: list[wire.Part] | None) -> str:

@@ -15,7 +15,7 @@ from typing import Final, Literal
 import msgspec
 
 from translator import wire
-from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules
+from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules, StreamedText
 from translator.control import Channel, task_count
 from translator.frames import (
     PROVIDER,
@@ -64,6 +64,8 @@ _HANDLED_SUBTYPES: Final = frozenset(
         "task_notification",
     }
 )
+# Partial-message events that can open a card or grow a text (the rest carry nothing).
+_STREAMED: Final = frozenset({"content_block_start", "content_block_delta", "message_start"})
 # Known subtypes that carry nothing for cards: most system lines, dismissed with one lookup.
 _PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 
@@ -102,7 +104,11 @@ class Translator(CardRules):
         # When the run is over (the daemon closes the CLI's stdin then): see translator.control.
         self.channel = Channel()
         self.tools_started = self.tools_completed = self.tools_failed = 0
-        self._revision = 0
+        self._revision = ctx.revision_base  # the Work Room's, continued across its runs
+        self._sequence = ctx.sequence_base  # the last Work Room row number used
+        self._message_ids: dict[str, None] = {}
+        # The text block streaming now, per agent (None = the main one), until its full line.
+        self._streaming: dict[str | None, StreamedText] = {}
         self._diag: dict[DiagnosticCode, int] = {}
         self._diag_sent: dict[DiagnosticCode, int] = {}
         parent = ctx.parent_tool_call_id
@@ -174,6 +180,8 @@ class Translator(CardRules):
         self._now = now
         for line in self._splitter.feed(b""):
             self._line(line)
+        for agent in list(self._streaming):
+            self._end_stream(agent)
         # Subagent lines still waiting for their Task card are not dropped: shown as they are.
         while self._held:
             _, held = self._held.popitem()
@@ -234,6 +242,16 @@ class Translator(CardRules):
         return self._last_result
 
     @property
+    def revision(self) -> int:
+        """The last ``stateRevision`` used under this run's invocation id (kept by the daemon)."""
+        return self._revision
+
+    @property
+    def activity_sequence(self) -> int:
+        """The last Work Room row number used under this run's invocation id."""
+        return self._sequence
+
+    @property
     def denials(self) -> dict[str, PermissionDenial]:
         return self._denials
 
@@ -257,8 +275,13 @@ class Translator(CardRules):
         for msg in messages:
             kind = type(msg)
             # The commonest lines that carry nothing are dismissed here, without a call:
-            # partial deltas (the full line follows) and passive system subtypes.
+            # partial deltas of thinking and tool input, and passive system subtypes.
             if kind is stream_event:
+                event = msg.event  # type: ignore[union-attr]
+                if event is not None and event.type in _STREAMED:
+                    delta = event.delta
+                    if delta is None or delta.type == "text_delta":
+                        self._stream(msg)  # type: ignore[arg-type]
                 continue
             if kind is system and msg.subtype in passive:  # type: ignore[union-attr]
                 continue
@@ -296,13 +319,17 @@ class Translator(CardRules):
             cards = self._cards
             card = cards.get(msg.tool_use_id) or cards.get(msg.parent_tool_use_id or "")
             if card is not None:
-                self._progress(card, int(msg.elapsed_time_seconds * 1000))
+                elapsed = int(msg.elapsed_time_seconds * 1000)
+                self._progress(card, elapsed)
+                self._update(card, f"Still running after {elapsed // 1000} s")
         elif type(msg) is wire.Result:
             # Several result lines may come (after a background task): the last one wins.
             self._last_result = msg
             self._session(msg.session_id)
             self.channel.result()
-        # stream_event and rate_limit_event: partial deltas and quotas, nothing for a card.
+        elif type(msg) is wire.StreamEvent:
+            self._stream(msg)
+        # rate_limit_event: quotas, nothing for a card.
 
     def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> None:
         # A subagent's line came before its Task tool_use: keep it until the card opens, within

@@ -72,6 +72,19 @@ class ToolProgress(_Frame, tag="tool_progress", frozen=True, kw_only=True):
     last_tool_name: str | None = None
 
 
+class ToolCallUpdate(_Frame, tag="tool_call_update", frozen=True, kw_only=True):
+    """An open card's progress as text (a running update replaces a card's text in O Chat).
+
+    Sent only without a Work Room: inside one, O Chat ignores it for typed rows. Other clients
+    read ``tool_progress``."""
+
+    tool_id: str
+    name: str
+    status: Literal["in_progress"]
+    result: str
+    parent_tool_id: str | None = None
+
+
 class ToolResult(_Frame, tag="tool_result", frozen=True, kw_only=True):
     """A card closes, exactly once."""
 
@@ -90,8 +103,14 @@ class ProviderMessage(_Frame, tag="provider_message", frozen=True, kw_only=True)
     """Assistant text."""
 
     role: Literal["assistant"]
+    # The run's n-th message ("<run_id>:message:<n>"): O Chat keeps a message by it. Empty only
+    # in frames stored before it existed.
+    messageId: str = ""
     text: str
     parent_tool_id: str | None = None
+    # True while the text is still streaming (the last frame of a messageId has the full text):
+    # a client that prints messages once prints the one without it.
+    partial: bool = False
 
 
 class ProviderInvocation(_Frame, tag="provider_invocation", frozen=True, kw_only=True):
@@ -112,7 +131,7 @@ class ProviderActivity(_Frame, tag="provider_activity", frozen=True, kw_only=Tru
     """One Work Room row, mirroring a card (when the request named a parent)."""
 
     activityId: str
-    sequence: int
+    sequence: int  # the row's place in the Work Room: its card's first-seen ordinal there
     kind: ActivityKind
     status: ActivityStatus
     title: str
@@ -184,6 +203,7 @@ class Diagnostic(_Frame, tag="diagnostic", frozen=True, kw_only=True):
 
 Frame = (
     ToolCall
+    | ToolCallUpdate
     | ToolProgress
     | ToolResult
     | ProviderMessage
@@ -195,6 +215,7 @@ Frame = (
 
 FRAME_TYPES: Final = (
     ToolCall,
+    ToolCallUpdate,
     ToolProgress,
     ToolResult,
     ProviderMessage,

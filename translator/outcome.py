@@ -29,6 +29,10 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None  # the id the CLI was launched with (--session-id / --resume)
     resumed: bool = False
     started_at: float  # epoch seconds
+    # The last stateRevision and Work Room row number already used under this run's invocation
+    # id by earlier runs (a follow-up continues the Work Room): the daemon keeps them in its store.
+    revision_base: int = 0
+    sequence_base: int = 0
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):

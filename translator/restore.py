@@ -5,17 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card
+from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, StreamedText
 from translator.frames import (
     Diagnostic,
     Frame,
     PermissionDenial,
     ProviderActivity,
     ProviderInvocation,
+    ProviderMessage,
     RunResult,
     ToolCall,
     ToolResult,
 )
+from translator.summary import changed_path
 
 if TYPE_CHECKING:
     from translator.core import Translator
@@ -24,7 +26,8 @@ if TYPE_CHECKING:
 def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
     """Replay stored frames into a fresh translator: seq, open cards, counters, revision."""
     t._started = True
-    changed: dict[str, str | None] = {}
+    sequences: dict[str, int] = {}
+    streaming: dict[str, ProviderMessage] = {}  # messages whose last frame is still partial
     for frame in frames:
         t.seq = max(t.seq, frame.seq)
         t.review.observe(frame)
@@ -33,9 +36,12 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
         if isinstance(frame, ToolCall):
             use_id = frame.tool_id.removeprefix(TOOL_PREFIX)
             tool = frame.name.removeprefix(NAME_PREFIX)
-            path = frame.args.get("file_path") if isinstance(frame.args, dict) else None
-            card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, None)
-            changed[use_id] = path if isinstance(path, str) else None
+            changed = changed_path(tool, frame.args, t.ctx.cwd)
+            card = t._cards.get(use_id)
+            if card is not None:  # a card opened at its block's start, then filled
+                card.args, card.changed = frame.args, changed
+                continue
+            card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, changed)
             t._seen.add(use_id)
             t._cards[use_id] = card
             t.tools_started += 1
@@ -44,11 +50,8 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
             closed = t._cards.pop(use_id, None)
             if frame.status == "completed":
                 t.tools_completed += 1
-                path = changed.get(use_id)
-                if path is not None and closed is not None and closed.kind == "file_change":
-                    from translator.summary import relative_path
-
-                    t._files[relative_path(path, t.ctx.cwd)] = None
+                if closed is not None and closed.changed is not None:
+                    t._files[closed.changed] = None
             else:
                 t.tools_failed += 1
             if frame.error_type == "permission_denied":
@@ -58,9 +61,14 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
                     input=closed.args if closed else None,
                 )
         elif isinstance(frame, ProviderActivity):
-            open_card = t._cards.get(frame.activityId.removeprefix(TOOL_PREFIX))
-            if open_card is not None:
-                open_card.activity_seq = max(open_card.activity_seq, frame.sequence)
+            sequences[frame.activityId.removeprefix(TOOL_PREFIX)] = frame.sequence
+            t._sequence = max(t._sequence, frame.sequence)
+        elif isinstance(frame, ProviderMessage):
+            t._message_ids[frame.messageId] = None
+            if frame.partial:
+                streaming[frame.messageId] = frame
+            else:
+                streaming.pop(frame.messageId, None)
         elif isinstance(frame, ProviderInvocation):
             t._revision = max(t._revision, frame.stateRevision)
         elif isinstance(frame, Diagnostic):
@@ -68,3 +76,14 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
         elif isinstance(frame, RunResult):
             t.result = frame.result
             t._closed = True
+    # A card's rows keep their number (sent before its tool_call, or after it by older daemons).
+    for use_id, card in t._cards.items():
+        card.sequence = sequences.get(use_id, 0)
+    # A message cut off mid-stream ends, at close, with the text it had reached.
+    for message in streaming.values():
+        parent = (
+            message.parent_tool_id.removeprefix(TOOL_PREFIX) if message.parent_tool_id else None
+        )
+        streamed = StreamedText(message.messageId, parent, -1)
+        streamed.chunks.append(message.text)
+        t._streaming[parent] = streamed

@@ -114,8 +114,35 @@ class ToolProgressLine(_Line, tag="tool_progress"):
     elapsed_time_seconds: float = 0
 
 
+class StreamBlock(msgspec.Struct, gc=False):
+    """The block a ``content_block_start`` opens (``tool_use`` with its id and name, ``text``)."""
+
+    type: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+class StreamDelta(msgspec.Struct, gc=False):
+    """A ``content_block_delta``'s delta; only ``text_delta`` carries something we show."""
+
+    type: str = ""
+    text: str | None = None
+
+
+class StreamBody(msgspec.Struct, gc=False):
+    type: str = ""
+    index: int = 0
+    content_block: StreamBlock | None = None
+    delta: StreamDelta | None = None
+
+
 class StreamEvent(_Line, tag="stream_event"):
-    """Partial-message deltas: the full assistant line follows, so these are ignored."""
+    """A partial message (``--include-partial-messages``): a block starts, text grows. The
+    full assistant line of each block still follows; thinking and tool input deltas are not
+    read (a card's arguments come complete with that line)."""
+
+    event: StreamBody | None = None
+    parent_tool_use_id: str | None = None
 
 
 class RateLimitEvent(_Line, tag="rate_limit_event"):

@@ -69,7 +69,13 @@ async def test_cards_reach_the_agents_io_live_and_the_model_reviews_the_diff_fro
     assert ran["invocationId"] == INVOCATION
     assert not any(is_tool_result_of_claude_code(e) for e in loop.events())
     assert not asking.done()
-    names = [e["name"] for e in loop.events() if e.get("type") == "tool_call"]
+    # A card opens at its block's start and a second tool_call fills its args: one per card.
+    cards = {
+        e.get("tool_id") or e.get("id"): e["name"]
+        for e in loop.events()
+        if e.get("type") == "tool_call"
+    }
+    names = list(cards.values())
     assert names[:4] == [
         "claude_code",
         "Claude Code › Read",

@@ -174,6 +174,38 @@ async def test_restart_replays_the_same_frames(config: Config, tmp_path: Path) -
     assert state_after["status"] == "completed"
 
 
+async def test_a_follow_up_under_the_same_parent_continues_the_work_room_across_a_restart(
+    config: Config, tmp_path: Path
+) -> None:
+    # O Chat ignores a stateRevision at or below the one it shows, and sorts Work Room rows by
+    # sequence: every run under one parent tool call continues both, whatever restarts between.
+    parent = {"tool_call_id": "call_follow_up"}
+
+    async def frames_of(d: Daemon, **fields: object) -> list[dict[str, object]]:
+        result = await (await d.post_run("hello", wait=True, parent=parent, **fields)).json()
+        assert result["status"] == "completed"
+        return await d.events(result["run_id"])
+
+    d = await start_daemon(config, tmp_path)
+    try:
+        runs = [await frames_of(d), await frames_of(d)]
+    finally:
+        await stop_daemon(d)
+    d = await start_daemon(config, tmp_path)
+    try:
+        runs.append(await frames_of(d))
+        other = await (await d.post_run("hello", wait=True, parent={"tool_call_id": "c2"})).json()
+        fresh = await d.events(other["run_id"])
+    finally:
+        await stop_daemon(d)
+    revisions = [f["stateRevision"] for run in runs for f in run if "stateRevision" in f]
+    assert revisions == list(range(1, len(revisions) + 1))
+    rows = [f["sequence"] for run in runs for f in run if f["type"] == "provider_activity"]
+    assert rows == sorted(rows)
+    assert len(set(rows)) == 3  # one card per run, each its own place
+    assert next(f["stateRevision"] for f in fresh if "stateRevision" in f) == 1
+
+
 async def test_runs_left_running_are_closed_as_interrupted(config: Config, tmp_path: Path) -> None:
     run_id = "0a7d1f8e-2222-4b4b-8c8c-000000000001"
     session = "0a7d1f8e-3333-4b4b-8c8c-000000000002"

@@ -28,9 +28,31 @@ def cards(frames: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def assert_cards_closed(frames: list[dict[str, Any]]) -> None:
-    """Card invariants 1-3: one tool_call then one tool_result per tool_id, before run_result."""
+    """Card invariants 1-3: per tool_id a tool_call (later ones fill the open card), then one
+    tool_result, before run_result."""
     for tool_id, pair in cards(frames).items():
-        assert [f["type"] for f in pair] == ["tool_call", "tool_result"], tool_id
+        kinds = [f["type"] for f in pair]
+        assert kinds[0] == "tool_call", tool_id
+        assert kinds[-1] == "tool_result", tool_id
+        assert kinds.count("tool_result") == 1, tool_id
+
+
+def filled_calls(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each card's last tool_call (the one with its complete arguments), in opening order."""
+    calls: dict[str, dict[str, Any]] = {}
+    for frame in frames:
+        if frame["type"] == "tool_call":
+            calls[frame["tool_id"]] = frame
+    return list(calls.values())
+
+
+def final_texts(frames: list[dict[str, Any]]) -> list[str]:
+    """Each assistant message's full text (a streamed one grows under its messageId)."""
+    texts: dict[str, str] = {}
+    for frame in frames:
+        if frame["type"] == "provider_message":
+            texts[frame["messageId"]] = frame["text"]
+    return list(texts.values())
     assert frames[-1]["type"] == "run_result"
     assert [f["seq"] for f in frames] == list(range(frames[0]["seq"], frames[-1]["seq"] + 1))
 
@@ -73,7 +95,14 @@ async def test_live_read_edit_bash_cards_then_result_and_resume(e2e: E2E) -> Non
     assert all(f["run_id"] == run_id and f["provider"] == "claude_code" for f in frames)
     assert frames[0]["seq"] == 1
     assert_cards_closed(frames)
-    calls = [f for f in frames if f["type"] == "tool_call"]
+    # With partial messages a card opens at its block's start, before its arguments exist.
+    opened = [pair[0] for pair in cards(frames).values()]
+    assert [(f["type"], f["args"], f["summary"]) for f in opened] == [
+        ("tool_call", {}, "Read"),
+        ("tool_call", {}, "Edit"),
+        ("tool_call", {}, "Bash"),
+    ]
+    calls = filled_calls(frames)
     assert [f["name"] for f in calls] == [
         "Claude Code › Read",
         "Claude Code › Edit",
@@ -86,8 +115,8 @@ async def test_live_read_edit_bash_cards_then_result_and_resume(e2e: E2E) -> Non
     assert [f["status"] for f in results] == ["completed"] * 3
     assert '+print("hello there")' in results[1]["diff"]
     assert "hello there" in results[-1]["result"]
-    texts = [f["text"] for f in frames if f["type"] == "provider_message"]
-    assert texts == ["Reading hello.py.", "Changed the greeting."]
+    assert final_texts(frames) == ["Reading hello.py.", "Changed the greeting."]
+    assert [f.get("partial", False) for f in frames if f["type"] == "provider_message"][-1] is False
     assert all(f["id"] == f"{run_id}:{f['seq']}" for f in frames)
     final_result = frames[-1]["result"]
     assert {f.get("child_session_id") for f in frames} == {final_result["session_id"]}
@@ -251,11 +280,14 @@ async def test_subagent_cards_nest_under_their_task_card(e2e: E2E) -> None:
     assert_cards_closed(frames)
     by_card = cards(frames)
     task_id, read_id = by_card
-    task_call, task_result = by_card[task_id]
+    task_call, task_result = by_card[task_id][0], by_card[task_id][-1]
     assert task_call["name"] in ("Claude Code › Agent", "Claude Code › Task")
-    read_call, read_result = by_card[read_id]
+    read_call, read_result = by_card[read_id][0], by_card[read_id][-1]
     assert read_call["parent_tool_id"] == task_id
     assert read_result["status"] == "completed"
+    # --forward-subagent-text: the subagent's own words come, under its Task card.
+    said = [f for f in frames if f["type"] == "provider_message" and f.get("parent_tool_id")]
+    assert [(f["parent_tool_id"], f["text"]) for f in said] == [(task_id, "hello")]
     # invariant 4: the background Task card closes after its subagent's work, not at "launched"
     assert frames.index(task_result) > frames.index(read_result)
     assert task_result["status"] == "completed"

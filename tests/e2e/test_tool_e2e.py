@@ -109,6 +109,7 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
         tool("Edit", file_path=e2e.path("hello.py"), old_string="world", new_string="there"),
         tool("Bash", command="touch ../outside.txt", description="Write outside"),  # denied
         text("Edited hello.py."),
+        tool("Read", file_path=e2e.path("hello.py")),  # the follow-up
         text("It now says hello there."),
     ]
     result = await call_tool(
@@ -141,21 +142,48 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
         ("inspect", "running"),
         ("inspect", "completed"),
         ("file_change", "running"),
+        ("file_change", "running"),  # opened at its block's start, then it names its file
         ("file_change", "completed"),
         ("command", "running"),
         ("command", "failed"),
     ]
     calls = [f for f in frames if f["type"] == "tool_call"]
-    assert [a["activityId"] for a in activities[::2]] == [f["tool_id"] for f in calls]
+    assert list(dict.fromkeys(a["activityId"] for a in activities)) == list(
+        dict.fromkeys(f["tool_id"] for f in calls)
+    )
+    assert [a.get("files") for a in activities if a["kind"] == "file_change"] == [
+        None,
+        ["hello.py"],
+        ["hello.py"],
+    ]
     assert [d["name"] for d in result["permission_denials"]] == ["Bash"]
 
+    # A follow-up prompt under the same parent tool call continues the Work Room.
     again = await call_tool(
-        e2e, monkeypatch, prompt="What does it say?", session_id=result["session_id"]
+        e2e,
+        monkeypatch,
+        prompt="What does it say?",
+        session_id=result["session_id"],
+        agent=FakeAgent("call_01"),
     )
     assert again["status"] == "completed"
     assert again["resumed"] is True
     assert again["session_id"] == result["session_id"]
     assert "Make hello.py say hello there." in e2e.stub.requests_of("main")[-1].history_text()
+    async with e2e.ws(again["run_id"]) as ws:
+        follow_up = await frames_until(ws, is_run_result)
+    assert_o_chat_accepts(follow_up)
+    # O Chat ignores a revision at or below the one it shows, and sorts rows by sequence.
+    later = [f["stateRevision"] for f in follow_up if f["type"] == "provider_invocation"]
+    assert later == sorted(set(later))
+    assert later[0] > revisions[-1]
+    rows = [f["sequence"] for f in follow_up if f["type"] == "provider_activity"]
+    assert rows == [4, 4]  # the fourth card of this Work Room
+    texts = [f for f in follow_up if f["type"] == "provider_message"]
+    # Streamed: it grows under one messageId, and the last frame has the whole text.
+    assert {t["messageId"] for t in texts} == {f"{again['run_id']}:message:1"}
+    assert texts[-1]["text"] == "It now says hello there."
+    assert "partial" not in texts[-1]
 
 
 async def test_tool_reports_a_refusal_as_a_result(

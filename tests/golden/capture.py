@@ -32,6 +32,7 @@ from pathlib import Path
 from tests.conftest import pinned_claude
 from tests.stub.anthropic import (
     Stub,
+    Text,
     Thinking,
     ToolUse,
     Turn,
@@ -236,6 +237,37 @@ scenario(
 )(one_run("Use a subagent to find out what hello.py prints."))
 
 scenario(
+    "subagent_forwarded",
+    "--forward-subagent-text with partial messages, as the daemon runs: a foreground Agent whose "
+    "subagent says something, reads, then answers; its text comes as assistant lines with "
+    "parent_tool_use_id = the Agent tool_use id (whether its partial messages stream too shows "
+    "in the stream_event lines' parent_tool_use_id)",
+    lambda sb: [
+        tool(
+            "Agent",
+            description="Read hello.py",
+            prompt=f"{SUB} Read hello.py and report what it prints.",
+            subagent_type="general-purpose",
+            run_in_background=False,
+        ),
+        text("The subagent says hello.py prints hello world."),
+    ],
+    lambda sb: {
+        SUB: [
+            tool(
+                "Read", say="Reading hello.py for the parent agent.", file_path=sb.path("hello.py")
+            ),
+            text("hello.py prints 'hello world'."),
+        ]
+    },
+)(
+    one_run(
+        "Use a subagent to find out what hello.py prints.",
+        extra=["--include-partial-messages", "--forward-subagent-text"],
+    )
+)
+
+scenario(
     "subagent_background",
     "a background Agent subagent (the default): the Agent tool_result 'Async agent launched' comes "
     "at once, the main turn ends with a first result line; the subagent's Read, task_progress and "
@@ -349,6 +381,29 @@ scenario(
         text("hello.py prints hello world."),
     ],
 )(one_run("What does hello.py print?", extra=["--include-partial-messages"]))
+
+
+LONG_MODULE = "".join(f"def f{n}(x):\n    return x + {n}\n\n\n" for n in range(40))
+
+scenario(
+    "partial_write",
+    "--include-partial-messages as the daemon runs it: a long text streamed in many text_delta "
+    "lines, then a Write of a 1.5 KB file whose input arrives in many input_json_delta lines "
+    "(its card can open at content_block_start), a Bash, and a streamed final answer",
+    lambda sb: [
+        Turn(
+            [
+                Text(
+                    "I will write the module in one go, then list the folder to check that "
+                    "it is there, and tell you what I did."
+                ),
+                ToolUse("Write", {"file_path": sb.path("src/long.py"), "content": LONG_MODULE}),
+            ]
+        ),
+        tool("Bash", command="ls src", description="List src"),
+        text("Wrote src/long.py with forty small functions; ls shows it in src."),
+    ],
+)(one_run("Write src/long.py with forty small functions.", extra=["--include-partial-messages"]))
 
 
 async def _resume(sb: Sandbox) -> dict[str, ClaudeRun]:

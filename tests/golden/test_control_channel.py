@@ -64,6 +64,7 @@ async def session(
     surface: bool = False,
     prompt_tool: str | None = "stdio",
     extra: list[str] | None = None,
+    without: list[str] | None = None,
     resume: str | None = None,
 ) -> AsyncIterator[ControlSession]:
     """Serve ``stub``, start the CLI with stdin open and initialize it; kill it on the way out."""
@@ -77,6 +78,7 @@ async def session(
             permission_surface=surface,
             prompt_tool=prompt_tool,
             extra_args=extra or [],
+            without_args=without or [],
             env={"TMPDIR": str(cli.tmp)},
         )
         try:
@@ -1043,8 +1045,11 @@ async def test_forward_subagent_text_adds_the_subagents_text_as_assistant_lines(
                 text("Subagent final words."),
             ],
         )
-        extra = ["--forward-subagent-text"] if forward else []
-        async with session(cli, stub, extra=extra) as s:
+        # The daemon passes it: "without" leaves it out of the fixed flags.
+        flag = ["--forward-subagent-text"]
+        async with session(
+            cli, stub, extra=flag if forward else [], without=[] if forward else flag
+        ) as s:
             await s.user("Delegate.")
             await s.wait_for(is_result)
             await s.close_stdin()

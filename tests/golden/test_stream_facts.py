@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import PINNED_CLAUDE_VERSION
 from tests.golden.conftest import CliSandbox
-from tests.stub.anthropic import Stub, Thinking, ToolUse, Turn, error, text, tool, tools
+from tests.stub.anthropic import Stub, Text, Thinking, ToolUse, Turn, error, text, tool, tools
 from tests.stub.claude import API_KEY, ClaudeRun
 
 pytestmark = pytest.mark.e2e
@@ -310,6 +310,58 @@ async def test_partial_messages_add_stream_events(cli: CliSandbox) -> None:
     }
     assert {"thinking_delta", "input_json_delta", "text_delta"} <= deltas
     assert run.of_type("assistant")
+
+
+async def test_partial_messages_start_each_block_then_its_deltas_then_its_full_line(
+    cli: CliSandbox,
+) -> None:
+    # What the translator builds on: a card opens at content_block_start, text grows with the
+    # text deltas, and the block's full assistant line (one block per line) comes after its
+    # deltas and before content_block_stop, blocks of one message in order.
+    long_text = "A text long enough to be streamed in more than one delta, " * 3
+    stub = Stub(
+        [
+            Turn(
+                [
+                    Text(long_text),
+                    ToolUse("Write", {"file_path": cli.path("a.py"), "content": "x = 1\n" * 40}),
+                ]
+            ),
+            text("Done."),
+        ]
+    )
+    run = await cli.run(stub, extra=["--include-partial-messages"])
+    assert run.exit_code == 0
+    seen: list[tuple[str, int | None]] = []
+    index = None
+    for line in run.lines:
+        if line["type"] == "stream_event":
+            event = line["event"]
+            if event["type"] in (
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+            ):
+                index = event["index"]
+                seen.append((event["type"], index))
+            assert line["parent_tool_use_id"] is None
+        elif line["type"] == "assistant":
+            (block,) = line["message"]["content"]
+            seen.append(("assistant:" + block["type"], index))
+    starts = [i for i, (kind, _) in enumerate(seen) if kind == "content_block_start"]
+    blocks = [seen[a:b] for a, b in zip(starts, [*starts[1:], len(seen)], strict=True)]
+    kinds = [[kind for kind, _ in block] for block in blocks]
+    for block in kinds:
+        assert block[0] == "content_block_start"
+        assert block[-2].startswith("assistant:")
+        assert block[-1] == "content_block_stop"
+        assert set(block[1:-2]) == {"content_block_delta"}
+    assert [block[-2] for block in kinds] == [
+        "assistant:text",
+        "assistant:tool_use",
+        "assistant:text",
+    ]
+    assert len(kinds[0]) > 4  # the text came in several deltas
 
 
 async def test_env_dump_shows_credentials(cli: CliSandbox) -> None:

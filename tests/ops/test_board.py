@@ -9,7 +9,7 @@ from rich.console import Console, RenderableType
 from daemon.board import Board, CleanConsole, MultiBoard, spinner_frame, strip_controls
 from daemon.cli import translate_stream
 from tests.conftest import REFERENCE
-from translator.frames import Frame, PermissionDenial, ToolCall, decode_frame
+from translator.frames import Frame, PermissionDenial, ProviderMessage, ToolCall, decode_frame
 
 from .frames import SESSION, T0, Hostile, Script, subagent_run
 
@@ -136,8 +136,12 @@ def test_real_transcripts_settle_every_card() -> None:
         text = _feed_all(board, frames)
         assert board.roots == [], transcript.name
         assert board.result is not None
-        calls = sum(1 for f in frames if isinstance(f, ToolCall))
+        calls = len({f.tool_id for f in frames if isinstance(f, ToolCall)})
         assert text.count("✓ ") + text.count("✗ ") == calls + 1, transcript.name
+        # A streamed message is printed once, whole (partial.jsonl streams two).
+        messages = [f for f in frames if isinstance(f, ProviderMessage)]
+        printed = [_text(*Board().feed(f)) for f in messages]
+        assert [p for p in printed if p] == [f"{f.text}\n" for f in messages if not f.partial]
 
 
 def _terminal(*renderables: RenderableType) -> str:

@@ -30,6 +30,8 @@ HEAD = (
     "--output-format",
     "stream-json",
     "--verbose",
+    "--include-partial-messages",
+    "--forward-subagent-text",
     "--safe-mode",
     "--setting-sources",
     "",

@@ -143,11 +143,13 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
     assert modes[0] in SAFE_CLI_MODES
     assert not DANGEROUS_FLAGS & set(argv)
     assert not any(names_bypass(arg) for arg in argv)
-    assert argv[1:10] == (
+    assert argv[1:12] == (
         "-p",
         "--output-format",
         "stream-json",
         "--verbose",
+        "--include-partial-messages",
+        "--forward-subagent-text",
         "--safe-mode",
         "--setting-sources",
         "",

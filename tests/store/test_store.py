@@ -324,6 +324,29 @@ async def test_the_database_files_are_private_to_the_daemons_user(tmp_path: Path
         await store.close()
 
 
+async def test_a_work_rooms_counters_survive_a_restart_and_a_prune_and_never_go_back(
+    db_path: str,
+) -> None:
+    store = await RunStore.open(db_path)
+    try:
+        assert await store.invocation_marks("call_1") == (0, 0)
+        await store.create_run(record("r1", parent_tool_call_id="call_1"))
+        await store.finish_run("r1", "completed", b"{}", 0, 2.0)
+        await store.advance_invocation("call_1", 5, 3)
+        await store.advance_invocation("call_1", 4, 7)  # an older run's end, written late
+        await store.advance_invocation("call_2", 1, 1)
+    finally:
+        await store.close()
+    store = await RunStore.open(db_path)
+    try:
+        assert await store.invocation_marks("call_1") == (5, 7)
+        assert await store.prune(0, 0, now=10.0) == 1
+        assert await store.invocation_marks("call_1") == (5, 7)
+        assert await store.invocation_marks("call_2") == (1, 1)
+    finally:
+        await store.close()
+
+
 async def test_a_flooding_run_keeps_another_runs_record_and_frames_one_batch_away(
     db_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -76,9 +76,12 @@ def claude_argv(
     session_id: str | None = None,
     resume: str | None = None,
     extra: Sequence[str] = (),
+    without: Sequence[str] = (),
 ) -> list[str]:
-    # The daemon's fixed flags, from their one owner: tests run the CLI the way runs do.
-    argv = [claude_bin, *FIXED_FLAGS, "--permission-mode", mode]
+    # The daemon's fixed flags, from their one owner: tests run the CLI the way runs do
+    # (``without``: those a test measures the CLI without, e.g. --forward-subagent-text).
+    fixed = [flag for flag in FIXED_FLAGS if flag not in without]
+    argv = [claude_bin, *fixed, "--permission-mode", mode]
     if resume is not None:
         argv += ["--resume", resume]
     else:

@@ -65,6 +65,7 @@ class ControlSession:
         permission_surface: bool = False,
         prompt_tool: str | None = "stdio",
         extra_args: Sequence[str] = (),
+        without_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> ControlSession:
         argv = claude_argv(
@@ -73,6 +74,7 @@ class ControlSession:
             session_id=session_id,
             resume=resume,
             extra=["--input-format", "stream-json", *extra_args],
+            without=without_args,
         )
         if permission_surface:
             argv = host_prompt_flags(argv, prompt_tool)

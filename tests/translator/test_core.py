@@ -15,7 +15,7 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Limits, Outcome
+from translator import Limits, Outcome, Translator
 
 ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
 
@@ -103,7 +103,9 @@ def test_activities_mirror_cards_with_allowlisted_texts() -> None:
     frames = run(
         [
             assistant(
-                tool_use("t1", "Edit", file_path=f"{CWD}/README.md", old_string="a", new_string="b")
+                tool_use(
+                    "t1", "Edit", file_path=f"{CWD}/docs/README.md", old_string="a", new_string="b"
+                )
             ),
             tool_result("t1", "ok"),
             assistant(tool_use("t2", "Grep", pattern="TODO", path=f"{CWD}/src")),
@@ -126,7 +128,7 @@ def test_activities_mirror_cards_with_allowlisted_texts() -> None:
         ),
         (
             "claude:t1",
-            2,
+            1,
             "file_change",
             "completed",
             "Update workspace files",
@@ -134,19 +136,45 @@ def test_activities_mirror_cards_with_allowlisted_texts() -> None:
         ),
         (
             "claude:t2",
-            1,
+            2,
             "search",
             "running",
             "Search for context",
             "Searching for relevant context",
         ),
         ("claude:t2", 2, "search", "failed", "Search for context", "Context search failed"),
-        ("claude:t3", 1, "tool", "running", "Use a provider tool", "Using a provider tool"),
-        ("claude:t3", 2, "tool", "failed", "Use a provider tool", "Provider tool failed"),
+        ("claude:t3", 3, "tool", "running", "Use a provider tool", "Using a provider tool"),
+        ("claude:t3", 3, "tool", "failed", "Use a provider tool", "Provider tool failed"),
     ]
+    # A row's number is its card's place in the Work Room, the same on all its frames.
+    # Only file names, never the workspace's layout.
     assert of_type(frames, "provider_activity")[0]["files"] == ["README.md"]
     titles = [c["summary"] for c in of_type(frames, "tool_call")]
-    assert titles == ["Edit README.md", 'Search "TODO" in src', "Mystery"]
+    assert titles == ["Edit docs/README.md", 'Search "TODO" in src', "Mystery"]
+
+
+def test_a_row_goes_out_before_its_card_opens_and_before_it_closes() -> None:
+    # O Chat makes a raw row (the command, a path) of a tool_call that comes before its row.
+    frames = as_data(
+        run([assistant(tool_use("t1", "Bash", command="ls /etc")), tool_result("t1", "ok")])
+    )
+    kinds = [f["type"] for f in frames if f["type"] not in ("provider_invocation", "run_result")]
+    assert kinds == ["provider_activity", "tool_call", "provider_activity", "tool_result"]
+    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+
+
+def test_a_follow_up_run_continues_the_work_room_numbers() -> None:
+    frames = run(
+        [assistant(tool_use("t1", "Read", file_path="a")), tool_result("t1", "ok")],
+        context(revision_base=7, sequence_base=4),
+    )
+    assert [f["stateRevision"] for f in of_type(frames, "provider_invocation")] == [8, 9]
+    assert {f["sequence"] for f in of_type(frames, "provider_activity")} == {5}
+    translator = Translator(context(revision_base=7, sequence_base=4))
+    assert (translator.revision, translator.activity_sequence) == (7, 4)
+    translator.start(1000.0)
+    translator.receive_data(assistant(tool_use("t1", "Read", file_path="a")), 1000.5)
+    assert (translator.revision, translator.activity_sequence) == (8, 5)
 
 
 def test_a_failed_tool_result_carries_the_first_line_as_error() -> None:
@@ -167,6 +195,7 @@ def test_a_failed_tool_result_carries_the_first_line_as_error() -> None:
         "tool_result",
     )[0]
     assert empty["error"] == "tool error"
+    assert empty["result"] == "tool error"  # O Chat shows a card's result, not its error
 
 
 def test_result_content_lists_and_images() -> None:
@@ -268,10 +297,10 @@ def test_a_result_for_an_unknown_id_gets_a_synthetic_call_first() -> None:
     assert [f["type"] for f in frames[:4]] == [
         "provider_invocation",
         "diagnostic",
-        "tool_call",
         "provider_activity",
+        "tool_call",
     ]
-    assert frames[2]["name"] == "Claude Code › unknown"
+    assert frames[3]["name"] == "Claude Code › unknown"
     assert [f["type"] for f in frames if f["type"] == "tool_result"] == ["tool_result"]
 
 

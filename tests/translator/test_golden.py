@@ -112,4 +112,10 @@ def test_captured_transcripts_are_there() -> None:
     # The capture script's transcripts are the stream facts of DESIGN; losing them would silently
     # shrink this suite to the four reference files.
     names = {path.stem for path in SETS["captured"].glob("*.jsonl")}
-    assert {"subagent_background", "bash_background", "denied_accept_edits", "env_dump"} <= names
+    assert {
+        "subagent_background",
+        "bash_background",
+        "denied_accept_edits",
+        "env_dump",
+        "partial_write",
+    } <= names

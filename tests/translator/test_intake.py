@@ -20,7 +20,7 @@ from translator.frames import ToolCall
 ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
 
 
-def test_stream_events_never_make_duplicate_cards() -> None:
+def test_a_card_opens_at_its_blocks_start_and_fills_in_place_never_twice() -> None:
     event = line(
         type="stream_event",
         event={
@@ -31,13 +31,20 @@ def test_stream_events_never_make_duplicate_cards() -> None:
     frames = run(
         [
             event,
-            assistant(tool_use("t1", "Read")),
+            assistant(tool_use("t1", "Read", file_path="/srv/workspaces/demo/a.py")),
             event,
+            assistant(tool_use("t1", "Read", file_path="/srv/workspaces/demo/b.py")),
             line(type="rate_limit_event", rate_limit_info={}),
         ]
     )
-    assert len(of_type(frames, "tool_call")) == 1
+    calls = of_type(frames, "tool_call")
+    # Opened with what is known (its name), then its arguments, once, in the same card.
+    assert [(c["tool_id"], c["args"], c["summary"]) for c in calls] == [
+        ("claude:t1", {}, "Read"),
+        ("claude:t1", {"file_path": "/srv/workspaces/demo/a.py"}, "Read a.py"),
+    ]
     assert of_type(frames, "diagnostic") == []
+    assert of_type(frames, "run_result")[0]["result"]["tools"]["started"] == 1
 
 
 def test_bad_input_becomes_diagnostics_with_counts_never_content() -> None:
@@ -136,7 +143,7 @@ def test_frame_ids_are_stable_and_seq_gapless() -> None:
     frames = run([assistant(tool_use("t1", "Read")), tool_result("t1")])
     assert [f.seq for f in frames] == list(range(1, len(frames) + 1))
     assert frames[0].id == "run-1:1"
-    assert isinstance(frames[1], ToolCall)
+    assert isinstance(frames[2], ToolCall)  # after the invocation and the card's row
 
 
 def test_a_lone_newline_chunk() -> None:
@@ -150,3 +157,8 @@ def test_a_bad_line_sends_its_chunk_line_by_line_with_the_same_outcome() -> None
     frames = run([b"".join(lines)])
     assert [f["type"] for f in of_type(frames, "tool_call")] == ["tool_call"]
     assert of_type(frames, "diagnostic")[0]["code"] == "malformed_line"
+
+
+def test_a_tool_use_without_an_id_opens_no_card() -> None:
+    frames = run([assistant({"type": "tool_use", "name": "Read", "input": {}})])
+    assert of_type(frames, "tool_call") == []

@@ -204,7 +204,7 @@ def test_names_paths_and_ids_the_cli_reports_are_redacted(ghp: str, known: str) 
     result = msgspec.json.decode(encode_frame(frames[-1]))["result"]
     assert result["files_changed"] == [f"tokens/{MASK}/notes.txt"]
     activity = [f for f in frames if isinstance(f, ProviderActivity) and f.files]
-    assert activity[0].files == [f"tokens/{MASK}/notes.txt"]
+    assert activity[0].files == ["notes.txt"]  # a Work Room row names files, not paths
     assert {d["name"] for d in result["permission_denials"]} == {MASK}
 
 

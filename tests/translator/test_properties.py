@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.translator.helpers import (
     assistant,
     chunked,
+    context,
     init_line,
     line,
     result_line,
@@ -20,7 +21,7 @@ from tests.translator.helpers import (
     tool_use,
 )
 from translator import Outcome
-from translator.frames import Frame, RunResult, ToolCall, ToolResult
+from translator.frames import Frame, RunResult, ToolCall, ToolCallUpdate, ToolResult
 
 IDS = st.sampled_from(["t1", "t2", "t3", "t4"])
 TOOLS = st.sampled_from(["Read", "Bash", "Edit", "Agent", "Grep", "Mystery"])
@@ -36,8 +37,13 @@ def check_invariants(frames: Sequence[Frame]) -> None:
     closed: Counter[str] = Counter()
     for frame in frames:
         if isinstance(frame, ToolCall):
-            opened[frame.tool_id] += 1
-            assert opened[frame.tool_id] == 1, "a second card for one tool_use id"
+            # A repeated tool_call updates its open card (a card opened at its block's start
+            # gets its arguments); after its result, it would be a second card.
+            assert not closed[frame.tool_id], "a second card for one tool_use id"
+            opened[frame.tool_id] = 1
+        elif isinstance(frame, ToolCallUpdate):
+            assert opened[frame.tool_id], "progress of a card never opened"
+            assert not closed[frame.tool_id], "progress of a closed card"
         elif isinstance(frame, ToolResult):
             assert opened[frame.tool_id] == 1, "a result without its earlier call"
             closed[frame.tool_id] += 1
@@ -90,12 +96,14 @@ REASONS = st.sampled_from(["exited", "cancelled", "timeout", "interrupted", "spa
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(transcripts(), REASONS, st.lists(st.integers(1, 64), max_size=40))
-def test_card_invariants(data: bytes, reason: Any, sizes: list[int]) -> None:
+@given(transcripts(), REASONS, st.lists(st.integers(1, 64), max_size=40), st.booleans())
+def test_card_invariants(data: bytes, reason: Any, sizes: list[int], work_room: bool) -> None:
     outcome = Outcome(reason=reason, exit_code=0 if reason == "exited" else None)
-    frames = run(chunked(data, sizes), outcome=outcome)
+    # Without a Work Room, open cards also get progress texts (tool_call_update).
+    ctx = context(parent_tool_call_id="call_1" if work_room else None)
+    frames = run(chunked(data, sizes), ctx, outcome=outcome)
     check_invariants(frames)
-    whole = run([data], outcome=outcome)
+    whole = run([data], ctx, outcome=outcome)
     assert [f.seq for f in whole] == [f.seq for f in frames]
     assert [type(f) for f in whole] == [type(f) for f in frames]
 

@@ -71,3 +71,27 @@ def test_a_finished_run_restores_closed() -> None:
     assert restored.result is not None
     assert restored.close(Outcome(reason="interrupted"), 1.0) == []
     assert restored.receive_data(b"{}\n", 1.0) == []
+
+
+def test_a_restored_run_keeps_its_work_room_numbers_and_message_ids() -> None:
+    frames = stored(
+        [
+            assistant(tool_use("a", "Read", file_path=f"{CWD}/a.py")),
+            assistant({"type": "text", "text": "first"}),
+            assistant(tool_use("b", "Read", file_path=f"{CWD}/b.py")),
+            tool_result("b"),
+        ]
+    )
+    restored = Translator.restore(context(session_id="s-1"), frames)
+    assert restored.activity_sequence == 2
+    out = restored.receive_data(
+        assistant(tool_use("c", "Bash", command="x"), {"type": "text", "text": "second"}), 1002.0
+    )
+    out += restored.close(Outcome(reason="interrupted"), 2000.0)
+    rows = {(f["activityId"], f["sequence"]) for f in as_data(out) if "activityId" in f}
+    assert rows == {("claude:a", 1), ("claude:c", 3)}  # the open card keeps its place
+    (message,) = (f for f in as_data(out) if f["type"] == "provider_message")
+    assert message["messageId"] == "run-1:message:2"
+    closed = {f["tool_id"]: f["result"] for f in as_data(out) if f["type"] == "tool_result"}
+    # A card closed without a result says why in its result: O Chat shows no error field.
+    assert closed["claude:a"] == "the run ended before the tool finished"
