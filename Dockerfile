@@ -28,6 +28,8 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY daemon ./daemon
 COPY translator ./translator
 COPY policy ./policy
+# codelegate/ is the one import name: symlinks onto the three folders above (pyproject.toml).
+COPY codelegate ./codelegate
 RUN python -m venv /opt/codelegate/venv \
     && /opt/codelegate/venv/bin/pip install -c constraints.txt .
 
@@ -66,7 +68,7 @@ WORKDIR /var/lib/codelegate
 VOLUME ["/etc/codelegate", "/var/lib/codelegate", "/run/codelegate", "/srv/codelegate/workspaces"]
 
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["/opt/codelegate/venv/bin/python", "-m", "daemon.tool", "health", "/run/codelegate/codelegate.sock"]
+    CMD ["/opt/codelegate/venv/bin/python", "-m", "codelegate.daemon.clients.tool", "health", "/run/codelegate/codelegate.sock"]
 
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/codelegate/venv/bin/codelegate"]
 CMD ["serve", "--config", "/etc/codelegate/config.toml"]

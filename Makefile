@@ -97,7 +97,7 @@ test: setup $(CLAUDE_BIN) sandbox-tools redis-server
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/pytest \
-		--cov=translator --cov=policy --cov-branch --cov-report=term-missing:skip-covered \
+		--cov=codelegate.translator --cov=codelegate.policy --cov-branch --cov-report=term-missing:skip-covered \
 		--cov-fail-under=100 $(PYTEST_ARGS)
 
 bench: setup $(CLAUDE_BIN) redis-server

@@ -96,9 +96,9 @@ class _NoStore:
 
 async def alone(server: RedisServer, frames: list[bytes]) -> tuple[float, float]:
     """(frames/s, CPU us per frame) of a Publisher in this process."""
-    from daemon.fanout import Publisher, connect
-    from daemon.hub import Batch, Delivery, Hub
-    from policy.config import FanoutConfig
+    from codelegate.daemon.fanout import Publisher, connect
+    from codelegate.daemon.hub import Batch, Delivery, Hub
+    from codelegate.policy.config import FanoutConfig
 
     fanout = FanoutConfig(redis_url=server.url, stream_prefix=PREFIX)
     store: Any = _NoStore()

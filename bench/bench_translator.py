@@ -57,8 +57,8 @@ with open(sys.argv[1], "rb") as f:
 """,
     "ours": """
 import sys
-from translator import RunContext
-from translator.transcript import translate_chunks
+from codelegate.translator import RunContext
+from codelegate.translator.transcript import translate_chunks
 ctx = RunContext(run_id="bench", cwd="/srv/workspaces/demo", started_at=0.0)
 out = sys.stdout.buffer
 with open(sys.argv[1], "rb") as f:
@@ -67,8 +67,8 @@ with open(sys.argv[1], "rb") as f:
 """,
     "known": """
 import secrets, sys
-from translator import Redactor, RunContext
-from translator.transcript import translate_chunks
+from codelegate.translator import Redactor, RunContext
+from codelegate.translator.transcript import translate_chunks
 ctx = RunContext(run_id="bench", cwd="/srv/workspaces/demo", started_at=0.0)
 known = ["sk-ant-api03-" + secrets.token_hex(40), secrets.token_urlsafe(32), secrets.token_hex(20)]
 out = sys.stdout.buffer

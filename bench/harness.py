@@ -1,7 +1,7 @@
 """What the daemon benchmarks share: a served daemon in a child process, /proc readings, stats.
 
-The daemon runs as in production (``python -m daemon.cli serve --config``, uvloop, JSON logs at
-warning level) with the fault-injecting fake CLI as Claude, so that a benchmark measures the
+The daemon runs as in production (``codelegate serve --config``, uvloop, JSON logs at warning
+level) with the fault-injecting fake CLI as Claude, so that a benchmark measures the
 daemon, not a model.
 """
 
@@ -129,7 +129,15 @@ class ServedDaemon:
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp), **self.env}
         prof = ["-m", "cProfile", "-o", self.profile] if self.profile else []
-        argv = [sys.executable, *prof, "-m", "daemon.cli", "serve", "--config", str(self.config)]
+        argv = [
+            sys.executable,
+            *prof,
+            "-m",
+            "codelegate.daemon.cli",
+            "serve",
+            "--config",
+            str(self.config),
+        ]
         return subprocess.Popen(
             [*argv, "--log-level", "warning"],
             cwd=ROOT,

@@ -2,11 +2,11 @@
 ``translate``.
 
 Without ``--config``, ``serve`` and ``doctor`` read the development config that ``make run``
-writes (``codelegate dev-config``) into the state folder of ``daemon.tool.state_dir()``, whose
-socket ``run``, ``watch`` and the agent tool find by default: one place, from any directory.
+writes (``codelegate dev-config``) into the state folder of ``clients.tool.state_dir()``,
+whose socket ``run``, ``watch`` and the agent tool find by default: one place, from any directory.
 
-``run`` and ``watch`` are the terminal client (``daemon/terminal.py``); it is imported only when
-used, so that ``serve`` does not pay for rich.
+``run`` and ``watch`` are the terminal client (``daemon/clients/terminal.py``); it is imported
+only when used, so that ``serve`` does not pay for rich.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
-from daemon.pinned import CLAUDE_CODE_VERSION
-from daemon.tool import state_dir
-from policy.config import Config, FanoutConfig, development_config, parse_config
-from policy.errors import ConfigError
+from codelegate.daemon.clients.tool import state_dir
+from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
+from codelegate.policy.config import Config, FanoutConfig, development_config, parse_config
+from codelegate.policy.errors import ConfigError
 
 CLAUDE_ENV = "CODELEGATE_CLAUDE"
 DEV_CONFIG = "config.toml"
@@ -125,10 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["watch"] and any(a.partition("=")[0] == "--redis" for a in args_list):
         # The fleet through Redis ([fanout]) rather than one daemon's socket.
-        return int(importlib.import_module("daemon.fleet").main(args_list[1:]))
+        return int(importlib.import_module("codelegate.daemon.clients.fleet").main(args_list[1:]))
     if args_list and args_list[0] in ("run", "watch"):
         # Lazy: rich is only needed by the terminal client.
-        terminal = importlib.import_module("daemon.terminal")
+        terminal = importlib.import_module("codelegate.daemon.clients.terminal")
         return int(terminal.main(args_list))
     args = _parser().parse_args(args_list)
     if args.command == "serve":
@@ -146,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(config_path: str | None, level: str, drain: float) -> int:
-    from daemon import logs, server
+    from codelegate.daemon import logs
+    from codelegate.daemon.serving import server
 
     try:
         config = load_config(config_path)
@@ -177,8 +178,8 @@ def _translate(path: str, *, cwd: str, run_id: str) -> int:
 
 def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) -> int:
     """Print what the config means here; non-zero when something stops it from working."""
-    from policy.checks import check_environment
-    from policy.environment import auth_variables_present
+    from codelegate.policy.checks import check_environment
+    from codelegate.policy.environment import auth_variables_present
 
     env = os.environ if environ is None else environ
     out: list[str] = []
@@ -236,7 +237,7 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
 
 
 def _token_problems(path: str) -> list[str]:
-    from policy.checks import token_problem
+    from codelegate.policy.checks import token_problem
 
     try:
         with open(path, "rb") as fh:
@@ -261,8 +262,8 @@ def version_note(reported: str | None) -> str:
 
 def _doctor_fanout(fanout: FanoutConfig, out: list[str]) -> list[str]:
     """``[fanout]``: where frames go, and whether that Redis answers."""
-    from daemon.fanout import probe  # redis-py only when [fanout] is configured
-    from policy.config import fanout_host_id, redacted_url
+    from codelegate.daemon.fanout import probe  # redis-py only when [fanout] is configured
+    from codelegate.policy.config import fanout_host_id, redacted_url
 
     host_id = fanout_host_id(fanout, socket.gethostname())
     out.append(
@@ -293,8 +294,8 @@ def translate_stream(src: BinaryIO, dst: BinaryIO, *, cwd: str, run_id: str) -> 
 
     Time is fixed at 0 so that the output of a transcript is reproducible.
     """
-    from translator import RunContext
-    from translator.transcript import translate_chunks
+    from codelegate.translator import RunContext
+    from codelegate.translator.transcript import translate_chunks
 
     chunks = iter(lambda: src.read(1 << 16), b"")
     for block in translate_chunks(chunks, RunContext(run_id=run_id, cwd=cwd, started_at=0.0)):

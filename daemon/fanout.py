@@ -49,10 +49,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames
-from daemon.store import RunStore, StoreError
-from daemon.tasks import spawn
-from policy.config import FanoutConfig, fanout_host_id, redacted_url
+from codelegate.daemon.fanout_keys import index_key, seq_of, stream_key
+from codelegate.daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames
+from codelegate.daemon.store.store import RunStore, StoreError
+from codelegate.daemon.tasks import spawn
+from codelegate.policy.config import FanoutConfig, fanout_host_id, redacted_url
 
 _log = structlog.get_logger("codelegate.fanout")
 
@@ -142,22 +143,6 @@ class _Lost(Exception):
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def stream_key(prefix: str, run_id: str) -> str:
-    """The stream of one run's frames."""
-    return f"{prefix}:run:{run_id}"
-
-
-def index_key(prefix: str) -> str:
-    """The fleet's index of run starts and ends."""
-    return f"{prefix}:runs"
-
-
-def seq_of(entry_id: bytes | str) -> int:
-    """The frame seq an entry id carries (``b"12-0"`` → 12)."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.partition("-")[0])
 
 
 def connect(fanout: FanoutConfig, *, socket_timeout: float | None = None) -> Redis:

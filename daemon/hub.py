@@ -4,7 +4,7 @@ The run publishes the frames of each stdout chunk, already encoded; the hub gath
 publishes until its next write-out and hands it to every subscriber of the run as one shared
 :class:`Batch`, which builds its WebSocket bytes (and NDJSON bytes) once, for all of them. The
 publisher never awaits a client: each subscriber owns a bounded queue and its own writer task
-(see ``daemon/streams.py``). A subscriber whose queue is full is closed with
+(see ``daemon/serving/streams.py``). A subscriber whose queue is full is closed with
 :data:`CLOSE_LAGGING` and reconnects with ``after=<last seq it got>``; the run and the other
 subscribers never wait for it.
 

@@ -29,7 +29,7 @@ from typing import Any, Final, TextIO, cast
 import msgspec
 import structlog
 
-from translator.redact import PLAIN, Redactor
+from codelegate.translator.redact import PLAIN, Redactor
 
 _encoder = msgspec.json.Encoder(enc_hook=repr)
 QUEUE_LINES: Final = 10_000  # lines waiting for a slow stdout; past it new ones are dropped

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from daemon.fanout import FanoutStats
+    from codelegate.daemon.fanout import FanoutStats
 
 # Run durations in seconds; a delegated coding task takes seconds to tens of minutes.
 DURATION_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)

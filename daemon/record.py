@@ -8,14 +8,14 @@ from typing import Any, Literal
 
 import msgspec
 
-from daemon.hub import Delivery
-from daemon.store import RunRecord
-from daemon.supervisor import ChildProcess
-from policy.config import Config
-from policy.launch import LaunchPlan
-from translator import Limits, Translator
-from translator.control import ResultWatch
-from translator.frames import FinalResult
+from codelegate.daemon.hub import Delivery
+from codelegate.daemon.store.store import RunRecord
+from codelegate.daemon.supervision.supervisor import ChildProcess
+from codelegate.policy.config import Config
+from codelegate.policy.launch import LaunchPlan
+from codelegate.translator import Limits, Translator
+from codelegate.translator.control import ResultWatch
+from codelegate.translator.frames import FinalResult
 
 Stopping = Literal["cancelled", "timeout"]
 

@@ -12,11 +12,11 @@ import time
 import msgspec
 import structlog
 
-from daemon.metrics import Metrics
-from daemon.procs import kill_run
-from daemon.store import RunStore, StoreError
-from translator import Limits, Outcome, RunContext, Translator
-from translator.frames import decode_frame, encode_frame
+from codelegate.daemon.metrics import Metrics
+from codelegate.daemon.store.store import RunStore, StoreError
+from codelegate.daemon.supervision.procs import kill_run
+from codelegate.translator import Limits, Outcome, RunContext, Translator
+from codelegate.translator.frames import decode_frame, encode_frame
 
 _log = structlog.get_logger("codelegate.recovery")
 

@@ -29,15 +29,15 @@ from typing import Any, Final, Literal
 import msgspec
 import structlog
 
-from daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
-from daemon.metrics import Metrics
-from daemon.record import Refused, Run, Stopping, record_state, translator_limits
-from daemon.recovery import recover_runs
-from daemon.store import RunRecord, RunStore, StoreError
-from daemon.supervisor import ChildProcess, ExitStatus, SpawnError
-from daemon.tasks import spawn
-from policy.config import Config
-from policy.launch import (
+from codelegate.daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
+from codelegate.daemon.metrics import Metrics
+from codelegate.daemon.record import Refused, Run, Stopping, record_state, translator_limits
+from codelegate.daemon.recovery import recover_runs
+from codelegate.daemon.store.store import RunRecord, RunStore, StoreError
+from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus, SpawnError
+from codelegate.daemon.tasks import spawn
+from codelegate.policy.config import Config
+from codelegate.policy.launch import (
     RUN_MARKER_VAR,
     check_resume,
     parse_session_id,
@@ -45,10 +45,10 @@ from policy.launch import (
     resolve_mode,
     resolve_workspace,
 )
-from policy.request import RunRequest
-from translator import Outcome, Redactor, RunContext, Translator
-from translator.control import ResultWatch, control_request
-from translator.frames import (
+from codelegate.policy.request import RunRequest
+from codelegate.translator import Outcome, Redactor, RunContext, Translator
+from codelegate.translator.control import ResultWatch, control_request
+from codelegate.translator.frames import (
     Diagnostic,
     Frame,
     RunResult,

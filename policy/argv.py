@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from policy.config import MODEL_NAME
-from policy.errors import BYPASS_REFUSED, MODEL_NOT_ALLOWED, PolicyError
-from policy.modes import DANGEROUS_FLAGS, SAFE_CLI_MODES, Mode, names_bypass
-from policy.session import parse_session_id
-from policy.settings import refused_settings, settings_json
+from codelegate.policy.config import MODEL_NAME
+from codelegate.policy.errors import BYPASS_REFUSED, MODEL_NOT_ALLOWED, PolicyError
+from codelegate.policy.modes import DANGEROUS_FLAGS, SAFE_CLI_MODES, Mode, names_bypass
+from codelegate.policy.session import parse_session_id
+from codelegate.policy.settings import refused_settings, settings_json
 
 if TYPE_CHECKING:
-    from policy.config import Config
+    from codelegate.policy.config import Config
 
 FIXED_FLAGS: Final = (
     "-p",

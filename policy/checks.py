@@ -11,7 +11,7 @@ from typing import Final
 
 import msgspec
 
-from policy.config import Config
+from codelegate.policy.config import Config
 
 # Shorter bearer tokens are guessable; `serve` refuses them and `doctor` says so first.
 MIN_TOKEN_BYTES: Final = 16

@@ -16,10 +16,10 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from policy.environment import refused_pass_env
-from policy.errors import ConfigError
-from policy.modes import REQUEST_MODES, RequestMode, names_bypass
-from policy.settings import refused_settings
+from codelegate.policy.environment import refused_pass_env
+from codelegate.policy.errors import ConfigError
+from codelegate.policy.modes import REQUEST_MODES, RequestMode, names_bypass
+from codelegate.policy.settings import refused_settings
 
 KiB: Final = 1024
 MiB: Final = 1024 * KiB

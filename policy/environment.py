@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from policy.config import Config
+    from codelegate.policy.config import Config
 
 RUN_MARKER_VAR: Final = "CODELEGATE_RUN_ID"
 NONESSENTIAL_TRAFFIC_VAR: Final = "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"

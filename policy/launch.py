@@ -12,15 +12,15 @@ from collections.abc import Mapping
 
 import msgspec
 
-from policy.argv import build_argv
-from policy.config import Config
-from policy.environment import RUN_MARKER_VAR, child_environment, secret_values
-from policy.errors import BAD_REQUEST, BUDGET_TOO_HIGH, MODEL_NOT_ALLOWED, PolicyError
-from policy.modes import CliMode, Mode, OChatMode, RequestMode, resolve_mode
-from policy.request import RunRequest
-from policy.session import check_resume, parse_session_id
-from policy.workspace import resolve_workspace
-from translator.control import opening
+from codelegate.policy.argv import build_argv
+from codelegate.policy.config import Config
+from codelegate.policy.environment import RUN_MARKER_VAR, child_environment, secret_values
+from codelegate.policy.errors import BAD_REQUEST, BUDGET_TOO_HIGH, MODEL_NOT_ALLOWED, PolicyError
+from codelegate.policy.modes import CliMode, Mode, OChatMode, RequestMode, resolve_mode
+from codelegate.policy.request import RunRequest
+from codelegate.policy.session import check_resume, parse_session_id
+from codelegate.policy.workspace import resolve_workspace
+from codelegate.translator.control import opening
 
 __all__ = [
     "RUN_MARKER_VAR",

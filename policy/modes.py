@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 
 import msgspec
 
-from policy.errors import MODE_NOT_ALLOWED, PolicyError
+from codelegate.policy.errors import MODE_NOT_ALLOWED, PolicyError
 
 if TYPE_CHECKING:
-    from policy.config import Config
+    from codelegate.policy.config import Config
 
 RequestMode = Literal["safe", "accept_edits", "auto", "plan"]
 CliMode = Literal["manual", "acceptEdits", "auto", "plan"]

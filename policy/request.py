@@ -11,7 +11,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from policy.errors import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE, PolicyError
+from codelegate.policy.errors import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE, PolicyError
 
 # The id syntax O Chat accepts for invocationId / parentToolCallId.
 TOOL_CALL_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}", re.ASCII)

@@ -11,7 +11,12 @@ import re
 import uuid
 from typing import Final
 
-from policy.errors import RESUME_INVALID, RESUME_OTHER_WORKSPACE, RESUME_UNKNOWN, PolicyError
+from codelegate.policy.errors import (
+    RESUME_INVALID,
+    RESUME_OTHER_WORKSPACE,
+    RESUME_UNKNOWN,
+    PolicyError,
+)
 
 _CANONICAL: Final = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII

@@ -15,8 +15,8 @@ from typing import Any, Final
 
 import msgspec
 
-from policy.environment import AUTH_VARS, refused_pass_env
-from policy.modes import names_bypass
+from codelegate.policy.environment import AUTH_VARS, refused_pass_env
+from codelegate.policy.modes import names_bypass
 
 # Far below Linux's 128 KiB limit on one argument, and far above any real settings file.
 MAX_SETTINGS_BYTES: Final = 64 * 1024

@@ -11,7 +11,7 @@ import posixpath
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from policy.errors import (
+from codelegate.policy.errors import (
     WORKSPACE_INVALID,
     WORKSPACE_NOT_DIRECTORY,
     WORKSPACE_OUTSIDE_ROOTS,
@@ -19,7 +19,7 @@ from policy.errors import (
 )
 
 if TYPE_CHECKING:
-    from policy.config import Config
+    from codelegate.policy.config import Config
 
 # Paths there name another process's view of the filesystem (/proc/self/cwd is the daemon's own
 # cwd, /proc/<pid>/root another root), or devices: never a workspace, whatever they resolve to.

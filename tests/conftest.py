@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.pinned import CLAUDE_CODE_VERSION
+from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 # The reference transcripts of the design (shared/reference/claude-code-2.1.332), kept in the
@@ -50,6 +50,6 @@ def claude_bin() -> str:
 def _own_state_dir(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Development defaults live in $XDG_STATE_HOME/codelegate (daemon.tool.state_dir): no test
+    # Development defaults live in $XDG_STATE_HOME/codelegate (clients.tool.state_dir): no test
     # may read the config `make run` wrote for the user, nor write beside it.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

@@ -14,8 +14,8 @@ from typing import Final
 
 import msgspec
 
-from translator import wire
-from translator.frames import (
+from codelegate.translator import wire
+from codelegate.translator.frames import (
     PROVIDER,
     ActivityKind,
     ActivityStatus,
@@ -30,14 +30,14 @@ from translator.frames import (
     ToolResult,
     frame_id,
 )
-from translator.outcome import NAME_CHARS, Limits, RunContext
-from translator.patch import creation_diff, unified_diff
-from translator.redact import (
+from codelegate.translator.outcome import NAME_CHARS, Limits, RunContext
+from codelegate.translator.patch import creation_diff, unified_diff
+from codelegate.translator.redact import (
     Redactor,
     bound_text,
 )
-from translator.review import Review
-from translator.summary import (
+from codelegate.translator.review import Review
+from codelegate.translator.summary import (
     FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
     activity_kind,
@@ -45,7 +45,7 @@ from translator.summary import (
     changed_path,
     tool_title,
 )
-from translator.units import bound_units, clean_units
+from codelegate.translator.units import bound_units, clean_units
 
 TOOL_PREFIX: Final = "claude:"
 NAME_PREFIX: Final = "Claude Code › "

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from translator.lines import LineSplitter
+from codelegate.translator.lines import LineSplitter
 
 # The request id of the ``initialize`` request; one per process, so it needs nothing unique.
 INITIALIZE_ID: Final = "initialize"

@@ -14,10 +14,10 @@ from typing import Final, Literal
 
 import msgspec
 
-from translator import wire
-from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules, StreamedText
-from translator.control import Channel, task_count
-from translator.frames import (
+from codelegate.translator import wire
+from codelegate.translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules, StreamedText
+from codelegate.translator.control import Channel, task_count
+from codelegate.translator.frames import (
     PROVIDER,
     Diagnostic,
     DiagnosticCode,
@@ -30,8 +30,8 @@ from translator.frames import (
     RunResult,
     frame_id,
 )
-from translator.lines import LineSplitter
-from translator.outcome import (
+from codelegate.translator.lines import LineSplitter
+from codelegate.translator.outcome import (
     NAME_CHARS,
     Limits,
     Outcome,
@@ -39,8 +39,8 @@ from translator.outcome import (
     final_result,
     invocation_end,
 )
-from translator.redact import PLAIN, Redactor
-from translator.review import Review
+from codelegate.translator.redact import PLAIN, Redactor
+from codelegate.translator.review import Review
 
 __all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
 
@@ -224,7 +224,7 @@ class Translator(CardRules):
         redactor: Redactor | None = None,
     ) -> Translator:
         """A translator in the state the stored ``frames`` of a run leave (daemon restart)."""
-        from translator.restore import restore_into
+        from codelegate.translator.restore import restore_into
 
         translator = cls(ctx, limits, redactor)
         restore_into(translator, frames)

@@ -6,12 +6,18 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
-from translator import wire
-from translator.frames import FinalResult, InvocationStatus, PermissionDenial, RunStatus, ToolCounts
-from translator.redact import Redactor, bound_text
+from codelegate.translator import wire
+from codelegate.translator.frames import (
+    FinalResult,
+    InvocationStatus,
+    PermissionDenial,
+    RunStatus,
+    ToolCounts,
+)
+from codelegate.translator.redact import Redactor, bound_text
 
 if TYPE_CHECKING:
-    from translator.core import Translator
+    from codelegate.translator.core import Translator
 
 
 # A tool's name is short; bounded anyway, as it goes into every frame of its card.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from translator.wire import Hunk
+from codelegate.translator.wire import Hunk
 
 
 def unified_diff(path: str, hunks: Sequence[Hunk]) -> str:

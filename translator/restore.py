@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, StreamedText
-from translator.frames import (
+from codelegate.translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, StreamedText
+from codelegate.translator.frames import (
     Diagnostic,
     Frame,
     PermissionDenial,
@@ -17,10 +17,10 @@ from translator.frames import (
     ToolCall,
     ToolResult,
 )
-from translator.summary import changed_path
+from codelegate.translator.summary import changed_path
 
 if TYPE_CHECKING:
-    from translator.core import Translator
+    from codelegate.translator.core import Translator
 
 
 def restore_into(t: Translator, frames: Iterable[Frame]) -> None:

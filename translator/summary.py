@@ -10,7 +10,7 @@ import posixpath
 from collections.abc import Callable
 from typing import Any, Final
 
-from translator.frames import ActivityKind, ActivityStatus
+from codelegate.translator.frames import ActivityKind, ActivityStatus
 
 FILE_CHANGE_TOOLS: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 SUBAGENT_TOOLS: Final = frozenset({"Task", "Agent"})

@@ -7,9 +7,9 @@ from typing import Final
 
 import msgspec
 
-from translator.core import Translator
-from translator.outcome import Limits, Outcome, RunContext
-from translator.redact import Redactor
+from codelegate.translator.core import Translator
+from codelegate.translator.outcome import Limits, Outcome, RunContext
+from codelegate.translator.redact import Redactor
 
 _encoder: Final = msgspec.json.Encoder()
 _EXITED: Final = Outcome(reason="exited", exit_code=0)

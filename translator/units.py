@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from translator.redact import bound_chars, clean_chars
+from codelegate.translator.redact import bound_chars, clean_chars
 
 
 def utf16_units(text: str) -> int:

@@ -130,7 +130,7 @@ async def loop(e2e: E2E, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Asy
     from connectonion import Agent
     from connectonion.network.io import WebSocketIO
 
-    from daemon.tool import SOCKET_ENV, ClaudeCode
+    from codelegate.daemon.clients.tool import SOCKET_ENV, ClaudeCode
 
     assert e2e.handle is not None
     assert e2e.handle.socket_path is not None

@@ -257,7 +257,7 @@ async def test_a_local_agent_without_an_io_shows_each_card_on_its_terminal(
 ) -> None:
     from connectonion import Agent
 
-    from daemon.tool import ClaudeCode
+    from codelegate.daemon.clients.tool import ClaudeCode
 
     local = Agent(
         "local",

@@ -23,10 +23,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from codelegate.translator import Outcome, RunContext, Translator
+from codelegate.translator.frames import Frame, encode_frame
 from tests.translator.helpers import CWD
 from tests.translator.test_golden import CASES, SETS, _launch, _manifest
-from translator import Outcome, RunContext, Translator
-from translator.frames import Frame, encode_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 MAPPER = ROOT.parent / "shared" / "reference" / "connectonion-react" / "mapper.bundle.cjs"

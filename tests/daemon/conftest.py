@@ -1,7 +1,7 @@
 """Fixtures for daemon tests: a daemon in-process on a Unix socket, the fake CLI as Claude.
 
 ``start_daemon`` (and the ``daemon`` fixture built on it) is the documented way to run the whole
-daemon inside a test: ``daemon.server.start_server(config)`` on a short socket path, plus an
+daemon inside a test: ``serving.server.start_server(config)`` on a short socket path, plus an
 aiohttp client session over that socket.
 """
 
@@ -21,9 +21,9 @@ import msgspec
 import pytest
 import structlog
 
-from daemon import logs
-from daemon.server import ServerHandle, start_server
-from policy.config import Config, development_config
+from codelegate.daemon import logs
+from codelegate.daemon.serving.server import ServerHandle, start_server
+from codelegate.policy.config import Config, development_config
 from tests.fakes import FAKE_CLAUDE
 
 BASE = "http://codelegate"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from daemon import runs as runs_module
-from daemon.supervisor import ChildProcess
+from codelegate.daemon import runs as runs_module
+from codelegate.daemon.supervision.supervisor import ChildProcess
 from tests.daemon.conftest import BASE, Daemon, make_config, start_daemon, stop_daemon
 
 

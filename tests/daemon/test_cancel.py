@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon.state import manager_of
+from codelegate.daemon.serving.state import manager_of
 from tests.daemon.conftest import (
     frames_until_result,
     make_config,

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import structlog
 
-from daemon.cli import doctor, load_config, main, translate_stream
-from daemon.pinned import CLAUDE_CODE_VERSION
-from daemon.tool import socket_path, state_dir
+from codelegate.daemon.cli import doctor, load_config, main, translate_stream
+from codelegate.daemon.clients.tool import socket_path, state_dir
+from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
+from codelegate.translator import RunContext, translate_transcript
 from tests.conftest import REFERENCE
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
-from translator import RunContext, translate_transcript
 
 
 def test_translate_matches_the_translator(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
@@ -169,7 +169,7 @@ def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
 def test_doctor_refuses_the_token_serve_refuses(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from daemon.server import ServerError, read_token
+    from codelegate.daemon.serving.server import ServerError, read_token
 
     short = secrets.token_hex(3)[:5].encode()  # 5 bytes, as in the issue
     config = _tcp_config(tmp_path, short + b"\n", FAKE_CLAUDE)

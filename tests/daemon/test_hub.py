@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from daemon import hub as hub_module
-from daemon.hub import (
+from codelegate.daemon import hub as hub_module
+from codelegate.daemon.hub import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_LAGGING,

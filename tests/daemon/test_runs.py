@@ -11,9 +11,11 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from daemon.runs import RunManager
-from daemon.store import RunRecord, RunStore
-from policy.config import Config
+from codelegate.daemon.runs import RunManager
+from codelegate.daemon.store.store import RunRecord, RunStore
+from codelegate.policy.config import Config
+from codelegate.translator import RunContext, Translator
+from codelegate.translator.frames import encode_frame
 from tests.daemon.conftest import (
     BASE,
     Daemon,
@@ -22,8 +24,6 @@ from tests.daemon.conftest import (
     start_daemon,
     stop_daemon,
 )
-from translator import RunContext, Translator
-from translator.frames import encode_frame
 
 CLOSE_FRAMES = {"tool_result", "provider_invocation", "provider_activity", "run_result"}
 
@@ -302,7 +302,7 @@ async def test_shutdown_closes_websockets_going_away(config: Config, tmp_path: P
 
 
 async def test_stopping_daemon_refuses_new_runs(daemon: Daemon) -> None:
-    from daemon.app import STATE
+    from codelegate.daemon.serving.app import STATE
 
     daemon.handle.app[STATE].stopping = True
     status, body = await daemon.json("POST", "/v1/runs", json={"task": "x"})
@@ -367,7 +367,7 @@ async def test_lagging_websocket_is_closed_and_resumes_with_after(
 async def test_long_runs_keep_a_bounded_log_and_replay_the_rest_from_the_store(
     short_dir: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    from daemon.app import STATE
+    from codelegate.daemon.serving.app import STATE
     from tests.daemon.conftest import make_config
 
     config = make_config(short_dir, workspace, limits={"replay_frames": 100})

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from daemon.store import RunStore
+from codelegate.daemon.store.store import RunStore
 from tests.daemon.conftest import BASE
 from tests.fakes import FAKE_CLAUDE
 
@@ -109,7 +109,7 @@ async def test_sigterm_drains_cancels_and_notifies(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "daemon.cli",
+        "codelegate.daemon.cli",
         "serve",
         "--config",
         str(config),
@@ -147,7 +147,7 @@ async def test_socket_activation_uses_the_inherited_socket(
         "import os, sys\n"
         f"os.dup2({fd}, 3)\n"
         "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1')\n"
-        "os.execv(sys.executable, [sys.executable, '-m', 'daemon.cli', 'serve',"
+        "os.execv(sys.executable, [sys.executable, '-m', 'codelegate.daemon.cli', 'serve',"
         " '--config', sys.argv[1], '--drain', '0.2'])\n"
     )
     proc = await asyncio.create_subprocess_exec(

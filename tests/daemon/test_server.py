@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from daemon.server import ServerError, bind_unix_socket, start_server
+from codelegate.daemon.serving.server import ServerError, bind_unix_socket, start_server
 from tests.daemon.conftest import BASE, child_environ, make_config, start_daemon, stop_daemon
 
 TOKEN = "t0k3n-for-tests-0123456789abcdef"
@@ -142,7 +142,7 @@ async def test_tcp_without_a_readable_token_does_not_start(
 
 
 def test_sd_notify_sends_to_path_and_abstract_sockets(short_dir: Path) -> None:
-    from daemon.server import sd_notify
+    from codelegate.daemon.serving.server import sd_notify
 
     assert sd_notify("READY=1", {}) is False
     path = short_dir / "n"
@@ -159,7 +159,7 @@ def test_sd_notify_sends_to_path_and_abstract_sockets(short_dir: Path) -> None:
 
 
 def test_watchdog_interval_is_half_the_period_for_this_pid() -> None:
-    from daemon.server import watchdog_interval
+    from codelegate.daemon.serving.server import watchdog_interval
 
     assert watchdog_interval({}) is None
     assert watchdog_interval({"WATCHDOG_USEC": "4000000"}) == 2.0
@@ -169,7 +169,7 @@ def test_watchdog_interval_is_half_the_period_for_this_pid() -> None:
 
 
 def test_socket_activation_only_for_this_pid() -> None:
-    from daemon.server import inherited_socket
+    from codelegate.daemon.serving.server import inherited_socket
 
     assert inherited_socket({}) is None
     assert inherited_socket({"LISTEN_PID": "1", "LISTEN_FDS": "1"}) is None

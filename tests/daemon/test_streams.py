@@ -9,8 +9,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from daemon.hub import Delivery, Hub, Subscriber
-from daemon.streams import _ws_writer, _WsSink
+from codelegate.daemon.hub import Delivery, Hub, Subscriber
+from codelegate.daemon.serving.streams import _ws_writer, _WsSink
 
 RUN = "r1"
 

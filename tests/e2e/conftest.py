@@ -15,9 +15,9 @@ import aiohttp
 import msgspec
 import pytest
 
-from daemon.server import ServerHandle, start_server
-from daemon.state import manager_of
-from policy.config import Config, development_config
+from codelegate.daemon.serving.server import ServerHandle, start_server
+from codelegate.daemon.serving.state import manager_of
+from codelegate.policy.config import Config, development_config
 from tests.stub.anthropic import Stub, serve_stub
 from tests.stub.claude import API_KEY
 

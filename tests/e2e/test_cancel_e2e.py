@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from daemon.state import manager_of
+from codelegate.daemon.serving.state import manager_of
 from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
 from tests.stub.anthropic import Turn, text, tool
 

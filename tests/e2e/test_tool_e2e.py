@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from daemon import tool as thin_tool
+from codelegate.daemon.clients import tool as thin_tool
 from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
 from tests.stub.anthropic import Turn, text, tool
 

@@ -22,10 +22,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-import daemon.fanout
-from daemon.fanout import Publisher, stream_key
-from daemon.state import STATE
-from policy.config import Config
+import codelegate.daemon.fanout
+from codelegate.daemon.fanout import Publisher
+from codelegate.daemon.fanout_keys import stream_key
+from codelegate.daemon.serving.state import STATE
+from codelegate.policy.config import Config
 from tests.daemon.conftest import (
     BASE,
     Daemon,
@@ -76,8 +77,8 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
 @pytest.fixture(autouse=True)
 def quick_failover(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stopped Redis is noticed in half a second, and retried often (production: 5 s, 2 s)."""
-    monkeypatch.setattr(daemon.fanout, "SOCKET_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(daemon.fanout, "RETRY_MAX_S", 0.2)
+    monkeypatch.setattr(codelegate.daemon.fanout, "SOCKET_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(codelegate.daemon.fanout, "RETRY_MAX_S", 0.2)
 
 
 def fanout_config(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from policy.config import (
+from codelegate.policy.config import (
     FanoutConfig,
     fanout_host_id,
     parse_config,
     redacted_url,
     redis_url_problem,
 )
-from policy.errors import ConfigError
+from codelegate.policy.errors import ConfigError
 
 BASE = '[policy]\nworkspaces = ["/srv/ws"]\n'
 

@@ -17,8 +17,8 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from daemon.cli import doctor
-from daemon.fleet import FleetFrame, Positions, follow_fleet
+from codelegate.daemon.cli import doctor
+from codelegate.daemon.clients.fleet import FleetFrame, Positions, follow_fleet
 from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
 from tests.e2e.conftest import E2E, e2e_config, workspace_tree
 from tests.fakes import FAKE_CLAUDE
@@ -121,7 +121,7 @@ async def test_watch_redis_prints_every_frame_of_the_fleet_as_ndjson(
     watcher = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "daemon.cli",
+        "codelegate.daemon.cli",
         "watch",
         "--redis",
         redis_server.url,
@@ -148,7 +148,7 @@ async def test_watch_redis_prints_every_frame_of_the_fleet_as_ndjson(
 
 
 def test_watch_redis_refuses_a_bad_url_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from daemon.cli import main
+    from codelegate.daemon.cli import main
 
     assert main(["watch", "--redis", "http://nope"]) == 2
     assert "redis://" in capsys.readouterr().err

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-import daemon.fanout
-from policy.config import Config
+import codelegate.daemon.fanout
+from codelegate.policy.config import Config
 from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
 from tests.fanout.conftest import (
     RedisServer,
@@ -119,7 +119,7 @@ async def test_a_daemon_stopped_while_redis_was_stopped_is_caught_up_by_the_next
     redis: Redis,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(daemon.fanout, "CLOSE_GRACE_S", 0.2)
+    monkeypatch.setattr(codelegate.daemon.fanout, "CLOSE_GRACE_S", 0.2)
     gate = tmp_path / "gate"
     first = await start_daemon(config, tmp_path)
     try:
@@ -149,7 +149,7 @@ async def test_a_run_caught_up_from_the_store_goes_on_live_after_its_catch_up(
     run_id = await gated_run(fdaemon, redis, gate)
     await settled(fdaemon)  # caught up: the run is no longer behind
     assert pub.stats.deferred == 1
-    monkeypatch.setattr(pub, "_max_backlog", daemon.fanout.BACKLOG_MAX)
+    monkeypatch.setattr(pub, "_max_backlog", codelegate.daemon.fanout.BACKLOG_MAX)
     gate.touch()
     assert (await wait_done(fdaemon, run_id))["status"] == "completed"
     await settled(fdaemon)

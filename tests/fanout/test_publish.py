@@ -6,8 +6,9 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-import daemon.fanout
-from daemon.hub import Batch, Delivery
+import codelegate.daemon.fanout
+import codelegate.daemon.fanout_keys
+from codelegate.daemon.hub import Batch, Delivery
 from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
 from tests.fanout.conftest import (
     expected_entries,
@@ -100,5 +101,5 @@ async def test_without_a_fanout_section_nothing_is_published(
 
 
 def test_entry_ids_carry_the_seq() -> None:
-    assert daemon.fanout.seq_of(b"17-0") == 17
-    assert daemon.fanout.seq_of("3-0") == 3
+    assert codelegate.daemon.fanout_keys.seq_of(b"17-0") == 17
+    assert codelegate.daemon.fanout_keys.seq_of("3-0") == 3

@@ -1,7 +1,7 @@
 """Fixtures for the ops tests: a tiny stand-in daemon on a Unix socket.
 
 The stand-in speaks just enough of the HTTP API (DESIGN.md, "HTTP API") for the clients in
-daemon/tool.py and daemon/terminal.py; its answers are scripted per test.
+daemon/clients/tool.py and daemon/clients/terminal.py; its answers are scripted per test.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import WSCloseCode, web
 
-from translator.frames import encode_frame
+from codelegate.translator.frames import encode_frame
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

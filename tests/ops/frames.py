@@ -7,7 +7,7 @@ import re
 import secrets
 from typing import Any
 
-from translator.frames import (
+from codelegate.translator.frames import (
     Diagnostic,
     FinalResult,
     Frame,

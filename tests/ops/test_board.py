@@ -6,10 +6,22 @@ import io
 
 from rich.console import Console, RenderableType
 
-from daemon.board import Board, CleanConsole, MultiBoard, spinner_frame, strip_controls
-from daemon.cli import translate_stream
+from codelegate.daemon.cli import translate_stream
+from codelegate.daemon.clients.board import (
+    Board,
+    CleanConsole,
+    MultiBoard,
+    spinner_frame,
+    strip_controls,
+)
+from codelegate.translator.frames import (
+    Frame,
+    PermissionDenial,
+    ProviderMessage,
+    ToolCall,
+    decode_frame,
+)
 from tests.conftest import REFERENCE
-from translator.frames import Frame, PermissionDenial, ProviderMessage, ToolCall, decode_frame
 
 from .frames import SESSION, T0, Hostile, Script, subagent_run
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from policy.config import parse_config
+from codelegate.policy.config import parse_config
 from tests.conftest import PINNED_CLAUDE_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def test_multi_stage_pinned_cli_non_root() -> None:
     assert users, "the image must not run as root"
     assert users[-1].split(":")[0] not in ("0", "root")
     [health] = [args for word, args in steps if word == "HEALTHCHECK"]
-    assert "daemon.tool" in health
+    assert "codelegate.daemon.clients.tool" in health
     assert "health" in health
     volumes = " ".join(args for word, args in steps if word == "VOLUME")
     for path in ("/etc/codelegate", "/srv/codelegate/workspaces", "/var/lib/codelegate"):

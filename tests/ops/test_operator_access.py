@@ -125,7 +125,7 @@ class _Daemon:
     def __init__(self, acc: Accounts, config: Path, state: Path) -> None:
         python, path = _python_for_others()
         self.proc = subprocess.Popen(
-            [python, "-m", "daemon.cli", "serve", "--config", str(config)],
+            [python, "-m", "codelegate.daemon.cli", "serve", "--config", str(config)],
             user=acc.service,
             group=acc.gid,
             extra_groups=[acc.gid],
@@ -161,7 +161,7 @@ def _config(base: Path, acc: Accounts, allowed_gids: list[int]) -> Path:
 
 
 DELEGATE = (
-    "import json, sys; from daemon.tool import call_run, socket_path; "
+    "import json, sys; from codelegate.daemon.clients.tool import call_run, socket_path; "
     "print(json.dumps(call_run({'task': 'fake: normal', 'cwd': sys.argv[1] if len(sys.argv) > 1 "
     "else '%s', 'mode': 'safe', 'wait': True}, socket_path())))"
 )
@@ -204,7 +204,11 @@ def test_an_agents_user_delegates_through_the_socket_group_into_a_shared_workspa
             assert out["error_code"] == "daemon_unreachable"
             assert "permission denied" in out["error"]
             term = _as(
-                acc.outsider, [], 0o022, "from daemon.cli import main; main(['run', 'x'])", env
+                acc.outsider,
+                [],
+                0o022,
+                "from codelegate.daemon.cli import main; main(['run', 'x'])",
+                env,
             )
             assert "permission denied" in term.stdout + term.stderr
         finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from policy.config import parse_config
+from codelegate.policy.config import parse_config
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 SERVICE = SYSTEMD / "codelegate.service"

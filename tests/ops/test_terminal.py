@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 from rich.console import Console
 
-from daemon import terminal
-from daemon.terminal import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, Renderer
-from translator.frames import Frame, encode_frame
+from codelegate.daemon.clients import terminal
+from codelegate.daemon.clients.terminal import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, Renderer
+from codelegate.translator.frames import Frame, encode_frame
 
 from .conftest import FakeDaemon
 from .frames import RUN, SESSION, T0, Hostile, Script, subagent_run

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from daemon import tool, tool_follow
-from daemon.tool import ClaudeCode, claude_code
+from codelegate.daemon.clients import tool, tool_follow
+from codelegate.daemon.clients.tool import ClaudeCode, claude_code
 
 from .conftest import FakeDaemon
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from policy.config import Config, parse_config
+from codelegate.policy.config import Config, parse_config
 
 SOURCE = "/etc/codelegate/config.toml"
 ROOT = "/srv/workspaces/demo"

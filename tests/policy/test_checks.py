@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 
-from policy.checks import MIN_TOKEN_BYTES, Problem, check_environment, token_problem
+from codelegate.policy.checks import MIN_TOKEN_BYTES, Problem, check_environment, token_problem
 from tests.policy.conftest import make_config
 
 CONFIG = make_config(

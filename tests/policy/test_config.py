@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from policy.config import (
+from codelegate.policy.config import (
     SECTIONS,
     Config,
     development_config,
@@ -15,7 +15,7 @@ from policy.config import (
     parse_tcp,
     socket_mode_bits,
 )
-from policy.errors import ConfigError
+from codelegate.policy.errors import ConfigError
 from tests.policy.conftest import ROOT, SOURCE, make_config
 
 FULL = b"""

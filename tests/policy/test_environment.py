@@ -7,8 +7,8 @@ import secrets
 import msgspec
 import pytest
 
-from policy.config import Config
-from policy.environment import (
+from codelegate.policy.config import Config
+from codelegate.policy.environment import (
     NONESSENTIAL_TRAFFIC_VAR,
     RUN_MARKER_VAR,
     auth_variables_present,

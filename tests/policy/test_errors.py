@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.errors import MODE_NOT_ALLOWED, ConfigError, PolicyError
+from codelegate.policy.errors import MODE_NOT_ALLOWED, ConfigError, PolicyError
 
 
 def test_policy_error_carries_status_code_and_message() -> None:

@@ -8,10 +8,10 @@ import secrets
 import msgspec
 import pytest
 
-from policy.config import Config
-from policy.environment import NONESSENTIAL_TRAFFIC_VAR, RUN_MARKER_VAR
-from policy.errors import PolicyError
-from policy.launch import (
+from codelegate.policy.config import Config
+from codelegate.policy.environment import NONESSENTIAL_TRAFFIC_VAR, RUN_MARKER_VAR
+from codelegate.policy.errors import PolicyError
+from codelegate.policy.launch import (
     LaunchPlan,
     build_argv,
     check_budget,
@@ -19,8 +19,8 @@ from policy.launch import (
     plan_launch,
     resolve_mode,
 )
-from policy.modes import Mode
-from policy.request import RunRequest
+from codelegate.policy.modes import Mode
+from codelegate.policy.request import RunRequest
 from tests.policy.conftest import ROOT, make_config
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"

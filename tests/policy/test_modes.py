@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from policy.config import Config
-from policy.errors import PolicyError
-from policy.modes import (
+from codelegate.policy.config import Config
+from codelegate.policy.errors import PolicyError
+from codelegate.policy.modes import (
     DANGEROUS_FLAGS,
     REQUEST_MODES,
     SAFE_CLI_MODES,

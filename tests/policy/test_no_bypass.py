@@ -9,12 +9,12 @@ import msgspec
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from policy.config import Config, parse_config
-from policy.environment import RUN_MARKER_VAR
-from policy.errors import ConfigError, PolicyError
-from policy.launch import LaunchPlan, plan_launch
-from policy.modes import DANGEROUS_FLAGS, REQUEST_MODES, SAFE_CLI_MODES, names_bypass
-from policy.request import decode_run_request
+from codelegate.policy.config import Config, parse_config
+from codelegate.policy.environment import RUN_MARKER_VAR
+from codelegate.policy.errors import ConfigError, PolicyError
+from codelegate.policy.launch import LaunchPlan, plan_launch
+from codelegate.policy.modes import DANGEROUS_FLAGS, REQUEST_MODES, SAFE_CLI_MODES, names_bypass
+from codelegate.policy.request import decode_run_request
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
 HOSTILE = [

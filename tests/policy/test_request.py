@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from policy.errors import PolicyError
-from policy.request import Parent, RunRequest, decode_run_request, request_body_limit
+from codelegate.policy.errors import PolicyError
+from codelegate.policy.request import Parent, RunRequest, decode_run_request, request_body_limit
 
 LIMIT = 1024
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy.errors import PolicyError
-from policy.session import check_resume, is_session_id, parse_session_id
+from codelegate.policy.errors import PolicyError
+from codelegate.policy.session import check_resume, is_session_id, parse_session_id
 
 GOOD = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
 

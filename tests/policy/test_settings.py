@@ -7,10 +7,10 @@ import json
 import msgspec
 import pytest
 
-from policy.config import Config
-from policy.errors import ConfigError, PolicyError
-from policy.launch import build_argv, resolve_mode
-from policy.settings import MAX_SETTINGS_BYTES, refused_settings, settings_json
+from codelegate.policy.config import Config
+from codelegate.policy.errors import ConfigError, PolicyError
+from codelegate.policy.launch import build_argv, resolve_mode
+from codelegate.policy.settings import MAX_SETTINGS_BYTES, refused_settings, settings_json
 from tests.policy.conftest import make_config
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policy.config import Config
-from policy.errors import PolicyError
-from policy.workspace import is_inside, resolve_workspace
+from codelegate.policy.config import Config
+from codelegate.policy.errors import PolicyError
+from codelegate.policy.workspace import is_inside, resolve_workspace
 from tests.policy.conftest import make_config
 
 

@@ -17,7 +17,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from policy.config import Config
+from codelegate.policy.config import Config
 from tests.daemon.conftest import (
     Daemon,
     make_config,

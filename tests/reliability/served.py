@@ -53,7 +53,7 @@ def write_config(
 _WITH_NOFILE = (
     "import resource, runpy, sys; soft, hard = map(int, sys.argv.pop(1).split(':')); "
     "resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)); "
-    "runpy.run_module('daemon.cli', run_name='__main__', alter_sys=True)"
+    "runpy.run_module('codelegate.daemon.cli', run_name='__main__', alter_sys=True)"
 )
 
 
@@ -89,7 +89,7 @@ class Served:
         env.update(self.env)
         argv = ["serve", "--config", str(self.config)]
         if self.nofile is None:
-            command = [sys.executable, "-m", "daemon.cli", *argv]
+            command = [sys.executable, "-m", "codelegate.daemon.cli", *argv]
         else:
             limits = f"{self.nofile[0]}:{self.nofile[1]}"
             command = [sys.executable, "-c", _WITH_NOFILE, limits, *argv]

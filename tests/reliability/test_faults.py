@@ -13,7 +13,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from policy.config import Config
+from codelegate.policy.config import Config
 from tests.reliability.conftest import (
     alive_marked,
     cards_closed,

@@ -21,9 +21,9 @@ import msgspec
 import pytest
 import structlog
 
-from daemon.app import HUB
-from daemon.hub import CLOSE_LAGGING
-from policy.config import Config
+from codelegate.daemon.hub import CLOSE_LAGGING
+from codelegate.daemon.serving.app import HUB
+from codelegate.policy.config import Config
 from tests.daemon.conftest import BASE
 from tests.reliability.conftest import (
     CHATTY_CLAUDE,

@@ -9,9 +9,9 @@ import sqlite3
 import struct
 from pathlib import Path
 
-from daemon.app import HUB, STATE
-from daemon.store import RunStore
-from policy.config import Config
+from codelegate.daemon.serving.app import HUB, STATE
+from codelegate.daemon.store.store import RunStore
+from codelegate.policy.config import Config
 from tests.reliability.conftest import (
     Daemon,
     alive_marked,

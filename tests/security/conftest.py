@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from policy.config import Config
+from codelegate.policy.config import Config
 from tests.daemon.conftest import (  # log_stream: the fixture, shared
     Daemon,
     log_stream,

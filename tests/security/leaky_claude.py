@@ -27,7 +27,7 @@ from urllib.parse import quote
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fakes.fake_claude import read_prompt
 
-STDERR_LINE_CHARS = 2000  # the daemon's cut (daemon.supervisor): the token straddles it
+STDERR_LINE_CHARS = 2000  # the daemon's cut (supervision.supervisor): the token straddles it
 
 
 def main() -> int:

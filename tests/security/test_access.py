@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from daemon.server import start_server
+from codelegate.daemon.serving.server import start_server
 from tests.daemon.conftest import child_environ
 from tests.security.conftest import Spy, spy_config
 

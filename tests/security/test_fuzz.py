@@ -25,7 +25,7 @@ import structlog
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from daemon.server import ServerHandle, start_server
+from codelegate.daemon.serving.server import ServerHandle, start_server
 from tests.daemon.conftest import BASE, child_environ, make_config
 
 T = TypeVar("T")

@@ -18,8 +18,8 @@ from pathlib import Path
 import msgspec
 import structlog
 
-from daemon import logs
-from daemon.server import start_server
+from codelegate.daemon import logs
+from codelegate.daemon.serving.server import start_server
 from tests.daemon.conftest import child_environ, make_config
 from tests.reliability.served import Served, write_config
 from tests.security.test_secrets import store_bytes

@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from daemon import access, cgroups
+from codelegate.daemon.serving import access
+from codelegate.daemon.supervision import cgroups
 from tests.daemon.conftest import Daemon
 from tests.e2e.conftest import E2E
 from tests.security.conftest import Spy

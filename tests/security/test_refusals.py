@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from daemon.supervisor import ChildProcess
+from codelegate.daemon.supervision.supervisor import ChildProcess
 from tests.daemon.conftest import Daemon
 from tests.reliability.conftest import until
 from tests.security.conftest import Spy

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.store import RunRecord, RunStore
+from codelegate.daemon.store.store import RunRecord, RunStore
 
 
 def record(run_id: str, *, created_at: float = 1000.0, **kw: object) -> RunRecord:

@@ -11,8 +11,8 @@ import pytest
 import structlog
 import structlog.testing
 
-from daemon import store_db
-from daemon.store import RunRecord, RunStore, StoreError
+from codelegate.daemon.store import queries
+from codelegate.daemon.store.store import RunRecord, RunStore, StoreError
 from tests.store.conftest import frame, record
 
 
@@ -259,7 +259,7 @@ async def test_the_database_is_in_wal_mode(store: RunStore) -> None:
 
 
 def test_record_fields_match_the_column_order() -> None:
-    columns = tuple(c.strip() for c in store_db.COLUMNS.split(","))
+    columns = tuple(c.strip() for c in queries.COLUMNS.split(","))
     assert columns == RunRecord.__struct_fields__
 
 
@@ -351,13 +351,13 @@ async def test_a_flooding_run_keeps_another_runs_record_and_frames_one_batch_awa
     db_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     batches: list[set[str]] = []  # the runs in each batch, in the order written
-    real = store_db.write_batch
+    real = queries.write_batch
 
-    def write_batch(conn: sqlite3.Connection, frames: list[store_db.Frame], finishes: dict) -> None:  # type: ignore[type-arg]
+    def write_batch(conn: sqlite3.Connection, frames: list[queries.Frame], finishes: dict) -> None:  # type: ignore[type-arg]
         batches.append({run_id for run_id, _, _ in frames})
         real(conn, frames, finishes)
 
-    monkeypatch.setattr(store_db, "write_batch", write_batch)
+    monkeypatch.setattr(queries, "write_batch", write_batch)
     store = await RunStore.open(db_path, flush_frames=256, flush_interval=60.0)
     try:
         await store.create_run(record("flood"))
@@ -384,7 +384,7 @@ async def test_a_finish_never_lands_before_the_frames_of_a_failed_batch(db_path:
     store = await RunStore.open(db_path, on_error=errors.append, flush_frames=256)
     await store.create_run(record("r1"))
     # A real "disk full": the file may not grow; frames need new pages, the finish does not.
-    pages = (await store._call(store_db.select, "PRAGMA page_count"))[0][0]
+    pages = (await store._call(queries.select, "PRAGMA page_count"))[0][0]
     await store._call(lambda conn: conn.execute(f"PRAGMA max_page_count = {pages}"))
     for seq in range(1, 257):  # exactly one batch: in flight when the finish comes
         store.append_frame("r1", seq, frame("r1", seq) + b" " * 2000)

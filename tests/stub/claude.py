@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policy.argv import FIXED_FLAGS
+from codelegate.policy.argv import FIXED_FLAGS
 
 API_KEY = "sk-ant-test-dummy"
 

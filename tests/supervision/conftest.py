@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from daemon import cgroups, procs
-from daemon.supervisor import ChildProcess, become_subreaper, reap_orphans
-from policy.environment import RUN_MARKER_VAR
+from codelegate.daemon.supervision import cgroups, procs
+from codelegate.daemon.supervision.supervisor import ChildProcess, become_subreaper, reap_orphans
+from codelegate.policy.environment import RUN_MARKER_VAR
 from tests.fakes import FAKE_CLAUDE
 
 ARGV = [

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon import cgroups, procs
-from daemon.cgroups import RunCgroup
-from daemon.supervisor import ChildProcess, ExitStatus
+from codelegate.daemon.supervision import cgroups, procs
+from codelegate.daemon.supervision.cgroups import RunCgroup
+from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus
 from tests.supervision.conftest import Spawn, alive, gone, read_all, read_until, until
 
 needs_cgroup = pytest.mark.skipif(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon import procs
-from daemon.supervisor import ChildProcess
-from policy.environment import RUN_MARKER_VAR
+from codelegate.daemon.supervision import procs
+from codelegate.daemon.supervision.supervisor import ChildProcess
+from codelegate.policy.environment import RUN_MARKER_VAR
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 from tests.stub.claude import claude_argv, claude_env
 from tests.supervision.conftest import gone, read_all, until

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon import procs
-from daemon.supervisor import (
+from codelegate.daemon.supervision import procs
+from codelegate.daemon.supervision.supervisor import (
     STDERR_LINE_CHARS,
     ChildProcess,
     ExitStatus,

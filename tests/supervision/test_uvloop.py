@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon import procs
-from daemon.supervisor import ChildProcess, ExitStatus
+from codelegate.daemon.supervision import procs
+from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus
 from tests.fakes import FAKE_CLAUDE
 from tests.supervision.conftest import ARGV, fake_env, read_all
 

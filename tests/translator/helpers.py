@@ -10,8 +10,8 @@ from urllib.parse import quote
 
 import msgspec
 
-from translator import Limits, Outcome, RunContext, Translator
-from translator.frames import Frame, encode_frame
+from codelegate.translator import Limits, Outcome, RunContext, Translator
+from codelegate.translator.frames import Frame, encode_frame
 
 CWD = "/srv/workspaces/demo"
 EXITED = Outcome(reason="exited", exit_code=0)

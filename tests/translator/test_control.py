@@ -8,9 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.translator.helpers import chunked, context, init_line, line, result_line
-from translator import Translator
-from translator.control import (
+from codelegate.translator import Translator
+from codelegate.translator.control import (
     Channel,
     ResultWatch,
     control_request,
@@ -18,6 +17,7 @@ from translator.control import (
     task_count,
     user_message,
 )
+from tests.translator.helpers import chunked, context, init_line, line, result_line
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "golden" / "transcripts"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from codelegate.translator import Limits, Outcome, Translator
 from tests.translator.helpers import (
     CWD,
     as_data,
@@ -15,7 +16,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Limits, Outcome, Translator
 
 ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from codelegate.translator import Outcome, RunContext
 from tests.translator.helpers import as_data, chunked, context, run
-from translator import Outcome, RunContext
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from codelegate.translator import Limits, Outcome, Translator
+from codelegate.translator.frames import ToolCall
 from tests.translator.helpers import (
     assistant,
     context,
@@ -14,8 +16,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Limits, Outcome, Translator
-from translator.frames import ToolCall
 
 ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
 

@@ -15,6 +15,9 @@ import msgspec
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from codelegate.translator import Outcome, Translator
+from codelegate.translator.frames import ProviderActivity, ToolCall, encode_frame
+from codelegate.translator.redact import MASK, PLAIN, Redactor, known_forms
 from tests.translator.helpers import (
     EXITED,
     assistant,
@@ -25,9 +28,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Outcome, Translator
-from translator.frames import ProviderActivity, ToolCall, encode_frame
-from translator.redact import MASK, PLAIN, Redactor, known_forms
 
 TOKEN = st.text(string.ascii_letters + string.digits + "-_", min_size=16, max_size=48)
 # "Whatever their shape": any printable text (spaces, quotes, brackets, non-ASCII) of 8 or more.

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from translator.lines import LineSplitter
+from codelegate.translator.lines import LineSplitter
 
 
 def feed_all(splitter: LineSplitter, chunks: list[bytes]) -> list[bytes]:

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from codelegate.translator import Limits, Outcome
 from tests.translator.helpers import (
     as_data,
     assistant,
@@ -16,7 +17,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Limits, Outcome
 
 
 def final(chunks: list[bytes], outcome: Outcome | None = None, **ctx: Any) -> dict[str, Any]:

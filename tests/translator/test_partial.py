@@ -6,6 +6,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from codelegate.translator import Translator
+from codelegate.translator.frames import encode_frame
 from tests.translator.helpers import (
     EXITED,
     as_data,
@@ -17,8 +19,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Translator
-from translator.frames import encode_frame
 
 
 def event(parent: str | None = None, **body: Any) -> bytes:
@@ -191,7 +191,7 @@ def test_a_stream_event_of_a_wrong_shape_is_a_malformed_line() -> None:
 
 
 def test_a_long_stream_is_bounded_and_an_unchanged_text_is_not_sent_again() -> None:
-    from translator import Limits
+    from codelegate.translator import Limits
 
     translator = Translator(context(), Limits(text_chars=300))
     frames = translator.start(1000.0)
@@ -223,7 +223,7 @@ def test_a_block_without_its_full_line_ends_when_the_next_block_starts() -> None
 
 
 def test_a_card_opened_at_its_start_is_restored_once_with_its_arguments() -> None:
-    from translator.frames import decode_frame, encode_frame
+    from codelegate.translator.frames import decode_frame, encode_frame
 
     start = event(
         type="content_block_start",
@@ -257,7 +257,7 @@ def test_a_quoted_credential_of_several_words_never_shows_a_word_of_it() -> None
 
 
 def test_a_message_cut_off_by_a_restart_ends_with_the_text_it_had_reached() -> None:
-    from translator.frames import decode_frame, encode_frame
+    from codelegate.translator.frames import decode_frame, encode_frame
 
     translator = Translator(context())
     frames = translator.start(1000.0)
@@ -277,7 +277,7 @@ def test_a_message_cut_off_by_a_restart_ends_with_the_text_it_had_reached() -> N
 
 
 def test_a_known_credential_of_the_run_is_masked_in_streamed_text_and_progress() -> None:
-    from translator import Redactor
+    from codelegate.translator import Redactor
 
     known = secrets.token_hex(12)
     translator = Translator(context(parent_tool_call_id=None), redactor=Redactor([known]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from codelegate.translator import Translator
 from tests.translator.helpers import (
     EXITED,
     as_data,
@@ -20,7 +21,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Translator
 
 PLAIN = context(parent_tool_call_id=None)
 

@@ -9,6 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from codelegate.translator import Outcome
+from codelegate.translator.frames import Frame, RunResult, ToolCall, ToolCallUpdate, ToolResult
 from tests.translator.helpers import (
     assistant,
     chunked,
@@ -20,8 +22,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Outcome
-from translator.frames import Frame, RunResult, ToolCall, ToolCallUpdate, ToolResult
 
 IDS = st.sampled_from(["t1", "t2", "t3", "t4"])
 TOOLS = st.sampled_from(["Read", "Bash", "Edit", "Agent", "Grep", "Mystery"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import translator
-from translator.frames import decode_frame, encode_frame
+from codelegate import translator
+from codelegate.translator.frames import decode_frame, encode_frame
 
 BANNED_MODULES = {
     "asyncio",

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from translator.redact import (
+from codelegate.translator.redact import (
     MASK,
     Redactor,
     bound_chars,

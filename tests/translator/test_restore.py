@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from codelegate.translator import Outcome, Translator
+from codelegate.translator.frames import decode_frame, encode_frame
 from tests.translator.helpers import (
     CWD,
     as_data,
@@ -12,8 +14,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Outcome, Translator
-from translator.frames import decode_frame, encode_frame
 
 
 def stored(chunks: list[bytes]) -> list:  # type: ignore[type-arg]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from codelegate.translator import Limits, Outcome, Translator
+from codelegate.translator.frames import ToolCall, ToolResult
+from codelegate.translator.review import _KEEP, Review
 from tests.translator.helpers import (
     CWD,
     as_data,
@@ -16,9 +19,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Limits, Outcome, Translator
-from translator.frames import ToolCall, ToolResult
-from translator.review import _KEEP, Review
 
 
 def patch(path: str, old: str, new: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from codelegate.translator import Limits
 from tests.translator.helpers import (
     CWD,
     as_data,
@@ -17,7 +18,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-from translator import Limits
 
 ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
 

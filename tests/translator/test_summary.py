@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from translator.summary import (
+from codelegate.translator.summary import (
     activity_kind,
     activity_texts,
     changed_path,

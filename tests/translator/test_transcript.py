@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
+from codelegate.translator import Outcome, translate_transcript
+from codelegate.translator.transcript import translate_chunks
 from tests.translator.helpers import assistant, context, result_line, tool_result, tool_use
-from translator import Outcome, translate_transcript
-from translator.transcript import translate_chunks
 
 
 def test_transcript_to_ndjson_frames() -> None:

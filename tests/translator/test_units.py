@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from codelegate.translator import Limits
+from codelegate.translator.units import bound_units, clean_units, utf16_units
 from tests.translator.helpers import assistant, of_type, run, tool_use
-from translator import Limits
-from translator.units import bound_units, clean_units, utf16_units
 
 EMOJI = "\N{GRINNING FACE}"  # two UTF-16 units
 

@@ -29,14 +29,14 @@ from typing import Final
 import structlog
 from aiohttp import web
 
-from daemon import logs
-from daemon.app import METRICS, STATE, create_app, manager_of
-from daemon.listeners import GatedSite
-from daemon.supervisor import become_subreaper
-from daemon.tasks import spawn
-from policy.checks import token_problem
-from policy.config import Config, ServerConfig, socket_mode_bits
-from policy.environment import passed_secrets
+from codelegate.daemon import logs
+from codelegate.daemon.serving.app import METRICS, STATE, create_app, manager_of
+from codelegate.daemon.serving.listeners import GatedSite
+from codelegate.daemon.supervision.supervisor import become_subreaper
+from codelegate.daemon.tasks import spawn
+from codelegate.policy.checks import token_problem
+from codelegate.policy.config import Config, ServerConfig, socket_mode_bits
+from codelegate.policy.environment import passed_secrets
 
 _log = structlog.get_logger("codelegate.server")
 

@@ -45,8 +45,8 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from daemon.fanout import index_key, seq_of, stream_key
-from policy.config import redacted_url, redis_url_problem
+from codelegate.daemon.fanout_keys import index_key, seq_of, stream_key
+from codelegate.policy.config import redacted_url, redis_url_problem
 
 BLOCK_MS: Final = 5000  # one XREAD waits at most this long before the loop goes round
 COUNT: Final = 1000  # entries per stream per XREAD
@@ -153,7 +153,7 @@ async def _watch(args: argparse.Namespace) -> int:
     # The terminal client's renderer draws the cards (imported here: rich only when used).
     from rich.console import Console
 
-    from daemon.terminal import Renderer, _decode
+    from codelegate.daemon.clients.terminal import Renderer, _decode
 
     console = Console(stderr=args.json, highlight=False)
     renderer = Renderer(console, json_out=sys.stdout.buffer if args.json else None, many=True)

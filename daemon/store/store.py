@@ -2,7 +2,7 @@
 
 All database work happens on one dedicated worker thread (a single-thread executor): the event
 loop never blocks on disk, and one thread owning the connection needs no locking. The SQL lives
-in ``daemon/store_db.py``. WAL mode lets operators read the file while the daemon writes it.
+in ``daemon/queries.py``. WAL mode lets operators read the file while the daemon writes it.
 
 Writing. Frames and final statuses wait in a buffer of their own per run and are written by one
 writer task, one batch (one transaction) at a time, at most ``flush_frames`` frames and about
@@ -48,8 +48,8 @@ from typing import Any, Final, TypeVar
 import msgspec
 import structlog
 
-from daemon import store_db
-from daemon.store_db import Finish, Frame
+from codelegate.daemon.store import queries
+from codelegate.daemon.store.queries import Finish, Frame
 
 T = TypeVar("T")
 
@@ -167,7 +167,7 @@ class RunStore:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runstore")
         loop = asyncio.get_running_loop()
         try:
-            conn = await loop.run_in_executor(executor, store_db.connect, path)
+            conn = await loop.run_in_executor(executor, queries.connect, path)
         except (sqlite3.Error, OSError) as exc:
             executor.shutdown(wait=False)
             raise StoreError(f"cannot open the run store {path!r}: {exc}") from exc
@@ -302,7 +302,7 @@ class RunStore:
                 self._inflight = batch
                 try:
                     await loop.run_in_executor(
-                        self._executor, store_db.write_batch, self._conn, *batch
+                        self._executor, queries.write_batch, self._conn, *batch
                     )
                 except Exception as exc:  # kept and retried, never lost
                     self._inflight = None
@@ -417,7 +417,7 @@ class RunStore:
 
     async def create_run(self, rec: RunRecord) -> None:
         """Insert a new run; a fresh (not resumed) session id is recorded as issued by it."""
-        await self._call(store_db.create_run, msgspec.structs.astuple(rec))
+        await self._call(queries.create_run, msgspec.structs.astuple(rec))
 
     async def finish_run(
         self,
@@ -450,27 +450,27 @@ class RunStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run's record, or None."""
-        rows = await self._call(store_db.select, f"{store_db.SELECT_RUNS} WHERE run_id = ?", run_id)
+        rows = await self._call(queries.select, f"{queries.SELECT_RUNS} WHERE run_id = ?", run_id)
         return self._overlay(_record(rows[0])) if rows else None
 
     async def list_runs(self, limit: int = 50) -> list[RunRecord]:
         """The most recent runs, newest first."""
-        sql = f"{store_db.SELECT_RUNS} ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        sql = f"{queries.SELECT_RUNS} ORDER BY created_at DESC, rowid DESC LIMIT ?"
         return [
-            self._overlay(_record(r)) for r in await self._call(store_db.select, sql, max(0, limit))
+            self._overlay(_record(r)) for r in await self._call(queries.select, sql, max(0, limit))
         ]
 
     async def live_runs(self) -> list[RunRecord]:
         """Runs still marked running: at start-up, those a previous daemon left behind."""
-        sql = f"{store_db.SELECT_RUNS} WHERE status = 'running' ORDER BY created_at"
-        records = [self._overlay(_record(r)) for r in await self._call(store_db.select, sql)]
+        sql = f"{queries.SELECT_RUNS} WHERE status = 'running' ORDER BY created_at"
+        records = [self._overlay(_record(r)) for r in await self._call(queries.select, sql)]
         return [rec for rec in records if rec.status == "running"]
 
     async def frames_page(self, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to ``limit`` of the run's ``(seq, frame)`` with ``seq > after``, in order,
         including ones not written yet. Seqs may jump where a capped run stored nothing."""
         sql = "SELECT seq, data FROM frames WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-        rows = await self._call(store_db.select, sql, run_id, after, limit)
+        rows = await self._call(queries.select, sql, run_id, after, limit)
         by_seq = {seq: bytes(data) for seq, data in rows}
         for _, seq, data in self._unwritten_of(run_id)[0]:
             if seq > after:
@@ -485,18 +485,18 @@ class RunStore:
     async def session_owner(self, session_id: str) -> str | None:
         """The workspace cwd of the run that was issued ``session_id``, or None."""
         sql = "SELECT cwd FROM sessions WHERE session_id = ?"
-        rows = await self._call(store_db.select, sql, session_id)
+        rows = await self._call(queries.select, sql, session_id)
         return str(rows[0][0]) if rows else None
 
     async def invocation_marks(self, parent_tool_call_id: str) -> tuple[int, int]:
         """The last stateRevision and Work Room row number used under a parent tool call."""
-        return await self._call(store_db.invocation_marks, parent_tool_call_id)
+        return await self._call(queries.invocation_marks, parent_tool_call_id)
 
     async def advance_invocation(
         self, parent_tool_call_id: str, revision: int, sequence: int
     ) -> None:
         """Record the counters a run under a parent tool call reached (they only grow)."""
-        await self._call(store_db.advance_invocation, parent_tool_call_id, revision, sequence)
+        await self._call(queries.advance_invocation, parent_tool_call_id, revision, sequence)
 
     async def prune(self, retention_days: float, max_runs: int, *, now: float | None = None) -> int:
         """Delete finished runs older than ``retention_days`` or beyond the newest ``max_runs``.
@@ -508,7 +508,7 @@ class RunStore:
         # Buffered frames of a run about to be pruned must not land after its rows are gone.
         await self._write_now()
         cutoff = (time.time() if now is None else now) - retention_days * 86400.0
-        return await self._call(store_db.prune, cutoff, max(0, max_runs))
+        return await self._call(queries.prune, cutoff, max(0, max_runs))
 
     async def close(self) -> None:
         """Flush what can be flushed, then close the database. Idempotent; never raises.

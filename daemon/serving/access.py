@@ -23,8 +23,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from daemon import cgroups, procs
-from policy.config import ServerConfig
+from codelegate.daemon.supervision import cgroups, procs
+from codelegate.policy.config import ServerConfig
 
 _UCRED: Final = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
 

@@ -1,6 +1,6 @@
 """Following a run for the ``claude_code`` tool: its NDJSON frames, relayed into Agent IO.
 
-Standard library only, like :mod:`daemon.tool`. The stream is read from a plain Unix socket with
+Standard library only, like :mod:`.tool`. The stream is read from a plain Unix socket with
 ``select`` so that the caller's Stop is looked at between frames (``http.client`` buffers behind
 the socket, and a timed-out read leaves its file object unusable). The request is HTTP/1.0: the
 daemon then streams the body as it is and closes at the end, no chunking to undo.

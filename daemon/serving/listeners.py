@@ -23,9 +23,9 @@ import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from daemon.app import error_response
-from daemon.logs import Throttle
-from daemon.metrics import Metrics
+from codelegate.daemon.logs import Throttle
+from codelegate.daemon.metrics import Metrics
+from codelegate.daemon.serving.app import error_response
 
 _log = structlog.get_logger("codelegate.listeners")
 

@@ -3,7 +3,7 @@
 Cgroup membership is inherited by every descendant and cannot be left by ``setsid``, a double
 fork or a scrubbed environment, and ``cgroup.kill`` SIGKILLs all members at once (Linux 5.14+),
 so where it is available it is the stronger of the two ways to find a run's processes. The run
-marker (``daemon.procs``) is always used as well; the cgroup is an addition, never a
+marker (:mod:`.procs`) is always used as well; the cgroup is an addition, never a
 replacement, and everything falls back to the marker when no usable subtree is found.
 
 Usable means: a cgroup2 mount, our own cgroup writable, a probe child cgroup can be made and

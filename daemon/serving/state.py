@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
-from daemon.hub import Hub
-from daemon.metrics import Metrics
-from daemon.runs import RunManager
-from daemon.store import RunStore
-from policy.config import Config
-from policy.errors import PolicyError
+from codelegate.daemon.hub import Hub
+from codelegate.daemon.metrics import Metrics
+from codelegate.daemon.runs import RunManager
+from codelegate.daemon.store.store import RunStore
+from codelegate.policy.config import Config
+from codelegate.policy.errors import PolicyError
 
 if TYPE_CHECKING:  # redis-py is imported only when [fanout] is configured
-    from daemon.fanout import Publisher
+    from codelegate.daemon.fanout import Publisher
 
 
 @dataclass

@@ -7,7 +7,7 @@ session_id, resumed, status, result, error, exit_code, usage, total_cost_usd``) 
 the model's to choose: whoever registers the tool binds it, ``ClaudeCode(mode="accept_edits")``,
 and the daemon still refuses a mode its operator did not allow.
 
-Standard library only (with :mod:`daemon.tool_follow`), so an agent's venv needs nothing else.
+Standard library only (with :mod:`.tool_follow`), so an agent's venv needs nothing else.
 It starts the run over the daemon's Unix socket (``wait: true``: that connection is the run's
 lifeline, hanging it up cancels the run), follows the run's NDJSON frames and relays each one
 into the agent's IO, so O Chat and the Work Room show the cards while Claude Code works. A Stop
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Literal, get_args
 
-from daemon.tool_follow import CANCEL_WAIT_S, CONNECT_TIMEOUT_S, Relay, follow
+from codelegate.daemon.clients.tool_follow import CANCEL_WAIT_S, CONNECT_TIMEOUT_S, Relay, follow
 
 Mode = Literal["safe", "accept_edits", "plan", "auto"]
 MODES: Final = frozenset(get_args(Mode))
@@ -437,10 +437,10 @@ def _cancellation_check(agent: Any) -> Callable[[], bool] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m daemon.tool health [SOCKET]``: exit 0 when the daemon is healthy."""
+    """``python -m codelegate.daemon.clients.tool health [SOCKET]``: exit 0 when it is healthy."""
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] != "health":
-        print("usage: python -m daemon.tool health [SOCKET]", file=sys.stderr)
+        print("usage: python -m codelegate.daemon.clients.tool health [SOCKET]", file=sys.stderr)
         return 2
     return 0 if health(args[1] if len(args) > 1 else "") else 1
 

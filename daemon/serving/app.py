@@ -1,6 +1,6 @@
 """The aiohttp application: routes, JSON errors, access checks, and the daemon's lifecycle.
 
-``create_app(config)`` is everything a listener needs; ``daemon/server.py`` puts it on the Unix
+``create_app(config)`` is everything a listener needs; ``serving/server.py`` puts it on the Unix
 socket (and the optional TCP listener). Every error answer is ``{"error": {"code", "message"}}``;
 a bug in a handler becomes a logged 500 in the same shape, never a crashed daemon.
 """
@@ -17,24 +17,32 @@ import msgspec
 import structlog
 from aiohttp import web
 
-import daemon
-from daemon import logs
-from daemon.access import check_access
-from daemon.hub import CLOSE_GOING_AWAY, Hub
-from daemon.metrics import Metrics, render_fanout
-from daemon.record import Refused
-from daemon.runs import RunManager
-from daemon.state import CONFIG, HUB, METRICS, STATE, DaemonState, int_query, manager_of
-from daemon.store import RunStore, StoreError
-from daemon.streams import run_events, websocket
-from daemon.supervisor import reap_orphans_forever
-from daemon.tasks import spawn
-from policy.config import Config
-from policy.errors import PolicyError
-from policy.request import decode_run_request
+import codelegate
+from codelegate.daemon import logs
+from codelegate.daemon.hub import CLOSE_GOING_AWAY, Hub
+from codelegate.daemon.metrics import Metrics, render_fanout
+from codelegate.daemon.record import Refused
+from codelegate.daemon.runs import RunManager
+from codelegate.daemon.serving.access import check_access
+from codelegate.daemon.serving.state import (
+    CONFIG,
+    HUB,
+    METRICS,
+    STATE,
+    DaemonState,
+    int_query,
+    manager_of,
+)
+from codelegate.daemon.serving.streams import run_events, websocket
+from codelegate.daemon.store.store import RunStore, StoreError
+from codelegate.daemon.supervision.supervisor import reap_orphans_forever
+from codelegate.daemon.tasks import spawn
+from codelegate.policy.config import Config
+from codelegate.policy.errors import PolicyError
+from codelegate.policy.request import decode_run_request
 
 if TYPE_CHECKING:
-    from daemon.fanout import Publisher
+    from codelegate.daemon.fanout import Publisher
 
 __all__ = ["CONFIG", "HUB", "METRICS", "STATE", "DaemonState", "create_app", "manager_of"]
 
@@ -128,7 +136,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 def _start_fanout(config: Config, store: RunStore, hub: Hub) -> Publisher | None:
     if config.fanout is None:
         return None
-    from daemon.fanout import start_publisher  # redis-py only when [fanout] is configured
+    from codelegate.daemon.fanout import (
+        start_publisher,  # redis-py only when [fanout] is configured
+    )
 
     return start_publisher(config.fanout, store, hub)
 
@@ -313,7 +323,7 @@ async def healthz(request: web.Request) -> web.Response:
     return _json(
         {
             "status": "stopping" if state.stopping else "ok",
-            "version": daemon.__version__,
+            "version": codelegate.__version__,
             "cli_version": state.cli_version,
             "runs_active": manager.active_count if manager is not None else 0,
             "subscribers": request.app[HUB].subscriber_count,

@@ -1,7 +1,7 @@
 """The run store's SQL: schema and the statements, run on the store's own thread only.
 
 Every function takes the connection first and is called through the store's single-thread
-executor (``daemon/store.py``); nothing here touches the event loop.
+executor (``daemon/store/store.py``); nothing here touches the event loop.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ import signal
 from collections.abc import Iterator
 from typing import Final
 
-from daemon.cgroups import RunCgroup
-from policy.environment import RUN_MARKER_VAR
+from codelegate.daemon.supervision.cgroups import RunCgroup
+from codelegate.policy.environment import RUN_MARKER_VAR
 
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _PROC: Final = "/proc"

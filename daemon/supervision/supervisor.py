@@ -2,8 +2,8 @@
 
 The child runs in a session of its own (``start_new_session``), so SIGTERM reaches its whole
 process group; what escaped the group (``setsid`` Bash commands, double-forked grandchildren) is
-found through the run marker in its environment (``daemon.procs``) and, where a delegated cgroup
-v2 subtree exists, through the run's own cgroup (``daemon.cgroups``), and SIGKILLed. The same
+found through the run marker in its environment (:mod:`.procs`) and, where a delegated cgroup
+v2 subtree exists, through the run's own cgroup (:mod:`.cgroups`), and SIGKILLed. The same
 sweep runs after a normal exit: nothing a run started outlives it.
 
 stdout is handed out as raw chunks: splitting lines is the translator's ``LineSplitter`` job, so
@@ -24,11 +24,11 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from daemon import procs
-from daemon.cgroups import RunCgroup
-from daemon.procs import become_subreaper, reap_orphans, reap_orphans_forever
-from policy.environment import RUN_MARKER_VAR
-from translator.redact import PLAIN, Redactor
+from codelegate.daemon.supervision import procs
+from codelegate.daemon.supervision.cgroups import RunCgroup
+from codelegate.daemon.supervision.procs import become_subreaper, reap_orphans, reap_orphans_forever
+from codelegate.policy.environment import RUN_MARKER_VAR
+from codelegate.translator.redact import PLAIN, Redactor
 
 __all__ = [
     "RUN_MARKER_VAR",
@@ -178,7 +178,7 @@ class ChildProcess:
         ``env`` must carry ``RUN_MARKER_VAR=run_id``: without it the run's escaped processes
         could not be found again, so it is refused. ``on_stderr_line(count)`` is called with the
         running total of stderr lines. With ``cgroup`` (the default) the run also gets a cgroup
-        of its own where a delegated cgroup v2 subtree is available (see ``daemon.cgroups``).
+        of its own where a delegated cgroup v2 subtree is available (see :mod:`.cgroups`).
         ``cwd`` is the workspace as policy resolved it: it is opened without following symbolic
         links and the child starts in the directory so opened (:func:`pin_directory`).
         ``redactor`` (the run's: it knows the credentials in ``env``) cleans the stderr tail.

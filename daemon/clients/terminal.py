@@ -1,10 +1,10 @@
 """``codelegate run`` and ``codelegate watch``: a terminal Agent IO client.
 
 ``run`` posts a task, then follows the run's NDJSON event stream and draws its cards live
-(daemon/board.py does the drawing); Ctrl-C cancels the run and exits 130. ``watch RUN`` follows
-a run already started; ``watch --all`` follows every run over the WebSocket. ``--json`` prints
-the frames themselves, one per line. The daemon is found through ``--socket``, else
-``$CODELEGATE_SOCKET``, else the socket ``make run`` serves (``daemon.tool.state_dir()``).
+(daemon/clients/board.py does the drawing); Ctrl-C cancels the run and exits 130. ``watch RUN``
+follows a run already started; ``watch --all`` follows every run over the WebSocket. ``--json``
+prints the frames themselves, one per line. The daemon is found through ``--socket``, else
+``$CODELEGATE_SOCKET``, else the socket ``make run`` serves (``tool.state_dir()``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import msgspec
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from daemon.board import Board, CleanConsole, MultiBoard
-from daemon.tool import socket_path, unreachable
-from translator.frames import Frame, RunResult, decode_frame
+from codelegate.daemon.clients.board import Board, CleanConsole, MultiBoard
+from codelegate.daemon.clients.tool import socket_path, unreachable
+from codelegate.translator.frames import Frame, RunResult, decode_frame
 
 BASE: Final = "http://codelegate"  # the host is a placeholder: the connector picks the socket
 EXIT_OK: Final = 0

@@ -28,7 +28,7 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from translator.frames import (
+from codelegate.translator.frames import (
     Diagnostic,
     FinalResult,
     Frame,

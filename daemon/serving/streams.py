@@ -20,11 +20,11 @@ import msgspec
 from aiohttp import WSMsgType, web
 from aiohttp.base_protocol import BaseProtocol
 
-from daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames, ws_text_frame
-from daemon.runs import RunManager
-from daemon.state import CONFIG, HUB, METRICS, STATE, int_query, manager_of
-from daemon.tasks import spawn
-from policy.errors import PolicyError
+from codelegate.daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames, ws_text_frame
+from codelegate.daemon.runs import RunManager
+from codelegate.daemon.serving.state import CONFIG, HUB, METRICS, STATE, int_query, manager_of
+from codelegate.daemon.tasks import spawn
+from codelegate.policy.errors import PolicyError
 
 _WS_MAX_MESSAGE: Final = 64 * 1024
 # How long a closed subscriber's client gets to read what is in flight and answer the close.

@@ -1,0 +1,1 @@
+"""Serving: the aiohttp surface (listeners, access checks, routes, NDJSON and WebSocket streams)."""

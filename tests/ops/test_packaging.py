@@ -1,0 +1,110 @@
+"""Installed, the project is one import name: ``codelegate``, and the tool needs nothing else.
+
+The wheel is built offline from the checkout (the test extras carry the setuptools it needs) and
+installed with ``--no-deps`` into a bare venv: what an agent's venv gets from ``pip install``.
+The development venv holds python-daemon, whose top-level ``daemon`` must stay its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = tmp_path_factory.mktemp("build")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--quiet"]
+    subprocess.run(
+        [
+            *pip,
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--wheel-dir",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=build,
+        capture_output=True,
+    )
+    [found] = out.glob("codelegate-*.whl")
+    return found
+
+
+def _isolated(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # -I: no current directory, no PYTHONPATH, no user site: only what the venv installed.
+    return subprocess.run(
+        [str(python), "-I", "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_wheel_holds_codelegate_and_nothing_else_at_top_level(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"codelegate", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert "codelegate/daemon/clients/tool.py" in names
+    assert "codelegate/translator/core.py" in names
+    assert "codelegate/policy/launch.py" in names
+    [top_level] = [n for n in names if n.endswith("top_level.txt")]
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["codelegate"]
+    entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt")))
+    assert "codelegate = codelegate.daemon.cli:main" in entry.decode()
+
+
+def test_the_tool_works_in_a_venv_that_has_only_the_wheel(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "agent-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", str(python)]
+    subprocess.run(
+        [*pip, "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    assert {p.name for p in site.iterdir() if not p.name.endswith(".dist-info")} <= {
+        "codelegate",
+        "__pycache__",
+    }
+    # No aiohttp, msgspec or rich here: the tool is standard library only. The socket is absent,
+    # so the call answers with its envelope, not an ImportError.
+    socket = tmp_path / "absent.sock"
+    done = _isolated(
+        python,
+        "from codelegate import ClaudeCode\n"
+        f"print(ClaudeCode(socket={str(socket)!r}).claude_code('hello'))",
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    envelope = json.loads(done.stdout)
+    assert envelope["status"] == "failed"
+    assert envelope["error_code"] == "daemon_unreachable"
+    assert envelope["provider"] == "claude_code"
+
+
+def test_python_daemon_beside_codelegate_keeps_its_daemon(tmp_path: Path) -> None:
+    done = _isolated(
+        Path(sys.executable),
+        "import daemon, codelegate\n"
+        "from codelegate import claude_code\n"
+        "import codelegate.daemon.serving.app\n"
+        "print(daemon.__file__)\n"
+        "print(hasattr(daemon, 'DaemonContext'))\n",
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    where, has_context = done.stdout.split()
+    assert "site-packages" in where
+    assert has_context == "True"
