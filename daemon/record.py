@@ -20,16 +20,6 @@ from codelegate.translator.frames import FinalResult
 Stopping = Literal["cancelled", "timeout"]
 
 
-class Refused(Exception):
-    """Refused by the daemon's own state (capacity, busy session); shaped like PolicyError."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-
 @dataclass(eq=False)
 class Run:
     """A run the daemon holds in memory: live, or recently finished."""

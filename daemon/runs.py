@@ -31,12 +31,14 @@ import structlog
 
 from codelegate.daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
 from codelegate.daemon.metrics import Metrics
-from codelegate.daemon.record import Refused, Run, Stopping, record_state, translator_limits
+from codelegate.daemon.record import Run, Stopping, record_state, translator_limits
 from codelegate.daemon.recovery import recover_runs
 from codelegate.daemon.store.store import RunRecord, RunStore, StoreError
 from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus, SpawnError
 from codelegate.daemon.tasks import spawn
+from codelegate.policy.codes import SESSION_BUSY, TOO_MANY_RUNS
 from codelegate.policy.config import Config
+from codelegate.policy.errors import PolicyError
 from codelegate.policy.launch import (
     RUN_MARKER_VAR,
     check_resume,
@@ -168,7 +170,7 @@ class RunManager:
     # -- starting --------------------------------------------------------------------------
 
     async def start(self, request: RunRequest) -> Run:
-        """Decide everything through policy, then spawn; PolicyError/Refused spawn nothing."""
+        """Decide everything through policy, then spawn; a PolicyError spawns nothing."""
         resolve_mode(self.config, request.mode)  # refuse a bad mode before touching anything
         cwd = resolve_workspace(
             self.config, request.cwd, realpath=os.path.realpath, isdir=os.path.isdir
@@ -193,9 +195,9 @@ class RunManager:
         # Capacity checks and registration happen with no await in between, so two concurrent
         # requests cannot both take the last slot or the same session.
         if len(self._active) >= self.config.policy.max_concurrent_runs:
-            raise Refused(429, "too_many_runs", "too many runs are running; retry later")
+            raise PolicyError(TOO_MANY_RUNS, "too many runs are running; retry later")
         if any(r.session_id == session_id for r in self._active.values()):
-            raise Refused(409, "session_busy", "that session is already running")
+            raise PolicyError(SESSION_BUSY, "that session is already running")
         plan = plan_launch(
             self.config,
             request,

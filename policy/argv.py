@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from codelegate.policy.codes import BYPASS_REFUSED, MODEL_NOT_ALLOWED
 from codelegate.policy.config import MODEL_NAME
-from codelegate.policy.errors import BYPASS_REFUSED, MODEL_NOT_ALLOWED, PolicyError
+from codelegate.policy.errors import PolicyError
 from codelegate.policy.modes import DANGEROUS_FLAGS, SAFE_CLI_MODES, Mode, names_bypass
 from codelegate.policy.session import parse_session_id
 from codelegate.policy.settings import refused_settings, settings_json
@@ -59,16 +60,14 @@ def build_argv(
     if config.claude.settings:
         # Checked again here, not only at config load, in case a Config was built by hand.
         if refused_settings(config.claude.settings):
-            raise PolicyError(
-                403, BYPASS_REFUSED, "refusing [claude.settings] policy does not accept"
-            )
+            raise PolicyError(BYPASS_REFUSED, "refusing [claude.settings] policy does not accept")
         argv += ["--settings", settings_json(config.claude.settings)]
     argv += ["--permission-mode", mode.cli]
     argv += ["--resume" if resumed else "--session-id", parse_session_id(session_id)]
     if model is not None:
         # A value starting with "-" could be read as another option.
         if not MODEL_NAME.fullmatch(model):
-            raise PolicyError(403, MODEL_NOT_ALLOWED, f"model {model!r} is not a model name")
+            raise PolicyError(MODEL_NOT_ALLOWED, f"model {model!r} is not a model name")
         argv += ["--model", model]
     if max_budget_usd is not None:
         argv += ["--max-budget-usd", repr(float(max_budget_usd))]
@@ -94,4 +93,4 @@ def _refuse_bypass(argv: list[str]) -> None:
         or any(arg in DANGEROUS_FLAGS or names_bypass(arg) for arg in argv)
         or any(arg.startswith("--setting-sources=") for arg in argv)
     ):
-        raise PolicyError(403, BYPASS_REFUSED, "refusing a launch that would bypass permissions")
+        raise PolicyError(BYPASS_REFUSED, "refusing a launch that would bypass permissions")

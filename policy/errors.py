@@ -1,7 +1,8 @@
-"""The two ways policy says no.
+"""The two ways a refusal is said.
 
-``PolicyError`` refuses a caller's request: it carries the HTTP status, a stable machine code and
-a message telling the caller what to change; the daemon turns it into
+``PolicyError`` refuses a caller's request, whoever decides it (policy, the daemon's capacity,
+the access checks): it carries a stable code of ``policy/codes.py``, the HTTP status that code
+comes with, and a message telling the caller what to change; the daemon answers it as
 ``{"error": {"code", "message"}}`` and spawns nothing. ``ConfigError`` refuses the operator's
 config: it names the file, the dotted key and what was expected, so that ``serve`` and ``doctor``
 can print one line the operator can act on.
@@ -9,32 +10,26 @@ can print one line the operator can act on.
 
 from __future__ import annotations
 
-from typing import Final
-
-# Stable error codes. Clients may branch on these, so they never change meaning.
-BAD_REQUEST: Final = "bad_request"
-EMPTY_TASK: Final = "empty_task"
-TASK_TOO_LARGE: Final = "task_too_large"
-MODE_NOT_ALLOWED: Final = "mode_not_allowed"
-MODEL_NOT_ALLOWED: Final = "model_not_allowed"
-BUDGET_TOO_HIGH: Final = "budget_too_high"
-WORKSPACE_INVALID: Final = "workspace_invalid"
-WORKSPACE_OUTSIDE_ROOTS: Final = "workspace_outside_roots"
-WORKSPACE_NOT_DIRECTORY: Final = "workspace_not_directory"
-RESUME_INVALID: Final = "resume_invalid"
-RESUME_UNKNOWN: Final = "resume_unknown"
-RESUME_OTHER_WORKSPACE: Final = "resume_other_workspace"
-BYPASS_REFUSED: Final = "bypass_refused"
-
-ALLOWED_STATUSES: Final = frozenset({400, 403, 404, 409, 413, 429, 503})
+from codelegate.policy.codes import STATUS
 
 
 class PolicyError(Exception):
-    """A refused request: ``status`` (HTTP), ``code`` (stable) and ``message`` (for the caller)."""
+    """A refused request: ``code`` (stable), its ``status`` (HTTP) and ``message`` (for the caller).
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        if status not in ALLOWED_STATUSES:
-            raise ValueError(f"PolicyError status must be one of {sorted(ALLOWED_STATUSES)}")
+    ``status`` is given only for a code whose status is aiohttp's choice (``http_error``).
+    """
+
+    def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
+        if code not in STATUS:
+            raise ValueError(f"PolicyError code {code!r} is not in the list of policy/codes.py")
+        table = STATUS[code]
+        if table is None:
+            if status is None:
+                raise ValueError(f"PolicyError code {code!r} needs the status it comes with")
+        elif status not in (None, table):
+            raise ValueError(f"PolicyError code {code!r} comes with status {table}")
+        else:
+            status = table
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 import msgspec
 
 from codelegate.policy.argv import build_argv
+from codelegate.policy.codes import BAD_REQUEST, BUDGET_TOO_HIGH, MODEL_NOT_ALLOWED
 from codelegate.policy.config import Config
 from codelegate.policy.environment import RUN_MARKER_VAR, child_environment, secret_values
-from codelegate.policy.errors import BAD_REQUEST, BUDGET_TOO_HIGH, MODEL_NOT_ALLOWED, PolicyError
+from codelegate.policy.errors import PolicyError
 from codelegate.policy.modes import CliMode, Mode, OChatMode, RequestMode, resolve_mode
 from codelegate.policy.request import RunRequest
 from codelegate.policy.session import check_resume, parse_session_id
@@ -69,7 +70,7 @@ def check_model(config: Config, requested: str | None) -> str | None:
     if requested not in allowed:
         names = ", ".join(allowed) if allowed else "none: the operator's default model is used"
         raise PolicyError(
-            403, MODEL_NOT_ALLOWED, f"model {requested!r} is not allowed; allowed models: {names}"
+            MODEL_NOT_ALLOWED, f"model {requested!r} is not allowed; allowed models: {names}"
         )
     return requested
 
@@ -80,10 +81,9 @@ def check_budget(config: Config, requested: float | None) -> float | None:
     if requested is None:
         return cap
     if not math.isfinite(requested) or requested <= 0:
-        raise PolicyError(400, BAD_REQUEST, "max_budget_usd: expected a positive number")
+        raise PolicyError(BAD_REQUEST, "max_budget_usd: expected a positive number")
     if cap is not None and requested > cap:
         raise PolicyError(
-            403,
             BUDGET_TOO_HIGH,
             f"max_budget_usd {requested} is above the operator's cap of {cap}",
         )

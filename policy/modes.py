@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 
 import msgspec
 
-from codelegate.policy.errors import MODE_NOT_ALLOWED, PolicyError
+from codelegate.policy.codes import MODE_NOT_ALLOWED
+from codelegate.policy.errors import PolicyError
 
 if TYPE_CHECKING:
     from codelegate.policy.config import Config
@@ -75,7 +76,6 @@ def resolve_mode(config: Config, requested: str | None) -> Mode:
     allowed = config.policy.allowed_modes
     if name not in allowed or name not in _CLI_MODE:
         raise PolicyError(
-            403,
             MODE_NOT_ALLOWED,
             f"mode {name!r} is not allowed here; allowed modes: {', '.join(allowed)}",
         )

@@ -11,7 +11,8 @@ from typing import Annotated, Final
 
 import msgspec
 
-from codelegate.policy.errors import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE, PolicyError
+from codelegate.policy.codes import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE
+from codelegate.policy.errors import PolicyError
 
 # The id syntax O Chat accepts for invocationId / parentToolCallId.
 TOOL_CALL_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}", re.ASCII)
@@ -56,28 +57,25 @@ def decode_run_request(body: bytes, *, max_task_bytes: int) -> RunRequest:
     """Decode and shape-check a ``POST /v1/runs`` body; PolicyError 400 or 413 on refusal."""
     if len(body) > request_body_limit(max_task_bytes):
         raise PolicyError(
-            413,
             TASK_TOO_LARGE,
             f"request body too large: the task may be at most {max_task_bytes} bytes",
         )
     try:
         request = _DECODER.decode(body)
     except msgspec.ValidationError as exc:
-        raise PolicyError(400, BAD_REQUEST, _describe(str(exc))) from None
+        raise PolicyError(BAD_REQUEST, _describe(str(exc))) from None
     except msgspec.DecodeError as exc:
-        raise PolicyError(400, BAD_REQUEST, f"request body is not valid JSON: {exc}") from None
+        raise PolicyError(BAD_REQUEST, f"request body is not valid JSON: {exc}") from None
     size = len(request.task.encode("utf-8", "surrogatepass"))
     if size > max_task_bytes:
         raise PolicyError(
-            413,
             TASK_TOO_LARGE,
             f"task is {size} bytes; at most {max_task_bytes} bytes are accepted",
         )
     if not request.task.strip():
-        raise PolicyError(400, EMPTY_TASK, "task must not be empty")
+        raise PolicyError(EMPTY_TASK, "task must not be empty")
     if request.parent is not None and not TOOL_CALL_ID.fullmatch(request.parent.tool_call_id):
         raise PolicyError(
-            400,
             BAD_REQUEST,
             "parent.tool_call_id: expected 1-512 characters of A-Z a-z 0-9 . _ : -",
         )

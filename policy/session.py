@@ -11,12 +11,8 @@ import re
 import uuid
 from typing import Final
 
-from codelegate.policy.errors import (
-    RESUME_INVALID,
-    RESUME_OTHER_WORKSPACE,
-    RESUME_UNKNOWN,
-    PolicyError,
-)
+from codelegate.policy.codes import RESUME_INVALID, RESUME_OTHER_WORKSPACE, RESUME_UNKNOWN
+from codelegate.policy.errors import PolicyError
 
 _CANONICAL: Final = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII
@@ -32,7 +28,6 @@ def parse_session_id(value: str) -> str:
     """``value`` itself when it is a canonical session id; PolicyError 403 otherwise."""
     if not is_session_id(value):
         raise PolicyError(
-            403,
             RESUME_INVALID,
             "resume must be the exact session_id an earlier run returned "
             "(lowercase, hyphenated: xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
@@ -49,13 +44,11 @@ def check_resume(session_id: str, issued_workspace: str | None, workspace: str) 
     parse_session_id(session_id)
     if issued_workspace is None:
         raise PolicyError(
-            403,
             RESUME_UNKNOWN,
             f"session {session_id} was not issued by this daemon; start a new run instead",
         )
     if issued_workspace != workspace:
         raise PolicyError(
-            403,
             RESUME_OTHER_WORKSPACE,
             f"session {session_id} belongs to another workspace; resume it with the cwd of the "
             "run that returned it",

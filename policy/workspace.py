@@ -11,12 +11,12 @@ import posixpath
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from codelegate.policy.errors import (
+from codelegate.policy.codes import (
     WORKSPACE_INVALID,
     WORKSPACE_NOT_DIRECTORY,
     WORKSPACE_OUTSIDE_ROOTS,
-    PolicyError,
 )
+from codelegate.policy.errors import PolicyError
 
 if TYPE_CHECKING:
     from codelegate.policy.config import Config
@@ -52,7 +52,7 @@ def resolve_workspace(
     roots = config.policy.workspaces
 
     def refuse(code: str, reason: str) -> PolicyError:
-        return PolicyError(403, code, f"cwd {requested!r} refused: {reason}")
+        return PolicyError(code, f"cwd {requested!r} refused: {reason}")
 
     if "\x00" in requested:
         raise refuse(WORKSPACE_INVALID, "it contains a NUL byte")

@@ -24,11 +24,17 @@ from typing import Any, Final
 from aiohttp import web
 
 from codelegate.daemon.supervision import cgroups, procs
+from codelegate.policy.codes import (
+    ORIGIN_NOT_ALLOWED,
+    PEER_IS_A_RUN,
+    PEER_NOT_ALLOWED,
+    PEER_UNKNOWN,
+    UNAUTHORIZED,
+)
 from codelegate.policy.config import ServerConfig
+from codelegate.policy.errors import PolicyError
 
 _UCRED: Final = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
-
-Refusal = tuple[int, str, str]
 
 # How far up its parent chain a peer is followed. A client's chain is a handful deep (terminal,
 # shell, client); a longer one is not told apart, and is refused for the daemon's uid.
@@ -40,7 +46,7 @@ _GENERIC_SOCKOPTS: Final = platform.machine() in ("x86_64", "aarch64", "riscv64"
 
 # One verdict per Unix connection: the peer's credentials are those of its connect() and do not
 # change, and walking /proc on every request of a kept-alive connection would be wasted work.
-_verdicts: weakref.WeakKeyDictionary[Any, Refusal | None] = weakref.WeakKeyDictionary()
+_verdicts: weakref.WeakKeyDictionary[Any, PolicyError | None] = weakref.WeakKeyDictionary()
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -114,11 +120,11 @@ def _still_alive(pidfd: int) -> bool:
     return True
 
 
-def unix_refusal(sock: socket.socket, server: ServerConfig) -> Refusal | None:
-    """None when the Unix peer may proceed; else (status, code, message)."""
+def unix_refusal(sock: socket.socket, server: ServerConfig) -> PolicyError | None:
+    """None when the Unix peer may proceed; else the refusal to answer with."""
     pid, uid, gid = peer_credentials(sock)
     if not ids_allowed(pid, uid, gid, server):
-        return (403, "peer_not_allowed", "this user may not use the daemon's socket")
+        return PolicyError(PEER_NOT_ALLOWED, "this user may not use the daemon's socket")
     if pid == os.getpid():  # the daemon itself (in-process clients, tests)
         return None
     try:
@@ -135,9 +141,9 @@ def unix_refusal(sock: socket.socket, server: ServerConfig) -> Refusal | None:
     except OSError:
         if uid != os.getuid():
             return None  # another allowed uid, its /proc hidden from us: runs have our uid
-        return (403, "peer_unknown", "cannot tell whether the peer is a process of a run")
+        return PolicyError(PEER_UNKNOWN, "cannot tell whether the peer is a process of a run")
     if why is not None:
-        return (403, "peer_is_a_run", f"a run's processes may not use the daemon ({why})")
+        return PolicyError(PEER_IS_A_RUN, f"a run's processes may not use the daemon ({why})")
     return None
 
 
@@ -154,19 +160,21 @@ def bearer_ok(header: str | None, token: bytes | None) -> bool:
     return hmac.compare_digest(presented.strip().encode("utf-8", "surrogateescape"), token)
 
 
-def check_access(request: web.Request, server: ServerConfig, token: bytes | None) -> Refusal | None:
-    """None when the request may proceed; else (status, code, message)."""
+def check_access(
+    request: web.Request, server: ServerConfig, token: bytes | None
+) -> PolicyError | None:
+    """None when the request may proceed; else the refusal to answer with."""
     transport = request.transport
     sock = transport.get_extra_info("socket") if transport is not None else None
     if sock is None:
-        return (403, "peer_unknown", "cannot identify the peer")
+        return PolicyError(PEER_UNKNOWN, "cannot identify the peer")
     if sock.family == socket.AF_UNIX:
         if transport not in _verdicts:
             _verdicts[transport] = unix_refusal(sock, server)
         return _verdicts[transport]
     if not bearer_ok(request.headers.get("Authorization"), token):
-        return (401, "unauthorized", "send Authorization: Bearer <token>")
+        return PolicyError(UNAUTHORIZED, "send Authorization: Bearer <token>")
     origin = request.headers.get("Origin")
     if origin is not None and origin not in server.allowed_origins:
-        return (403, "origin_not_allowed", f"origin {origin[:200]!r} is not allowed")
+        return PolicyError(ORIGIN_NOT_ALLOWED, f"origin {origin[:200]!r} is not allowed")
     return None

@@ -21,7 +21,6 @@ import codelegate
 from codelegate.daemon import logs
 from codelegate.daemon.hub import CLOSE_GOING_AWAY, Hub
 from codelegate.daemon.metrics import Metrics, render_fanout
-from codelegate.daemon.record import Refused
 from codelegate.daemon.runs import RunManager
 from codelegate.daemon.serving.access import check_access
 from codelegate.daemon.serving.state import (
@@ -37,6 +36,14 @@ from codelegate.daemon.serving.streams import run_events, websocket
 from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.supervision.supervisor import reap_orphans_forever
 from codelegate.daemon.tasks import spawn
+from codelegate.policy.codes import (
+    HTTP_ERROR,
+    HTTP_STATUS_CODES,
+    INTERNAL_ERROR,
+    RUN_FINISHED,
+    RUN_NOT_FOUND,
+    SHUTTING_DOWN,
+)
 from codelegate.policy.config import Config
 from codelegate.policy.errors import PolicyError
 from codelegate.policy.request import decode_run_request
@@ -192,20 +199,15 @@ async def _close_subscribers(app: web.Application) -> None:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
-    """The one error shape of the API."""
-    body = msgspec.json.encode({"error": {"code": code, "message": message}})
-    return web.Response(status=status, body=body, content_type="application/json")
+def error_response(refusal: PolicyError) -> web.Response:
+    """The one error shape of the API: ``{"error": {"code", "message"}}`` with its status."""
+    body = msgspec.json.encode(refusal.to_json())
+    return web.Response(status=refusal.status, body=body, content_type="application/json")
 
 
-_HTTP_CODES: Final = {
-    400: "bad_request",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "body_too_large",
-    503: "unavailable",
-}
+def http_refusal(status: int, message: str) -> PolicyError:
+    """An error aiohttp answers with ``status`` (routing, body size, an unparsable request)."""
+    return PolicyError(HTTP_STATUS_CODES.get(status, HTTP_ERROR), message, status=status)
 
 
 @web.middleware
@@ -213,23 +215,22 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
     try:
         return await handler(request)
-    except (PolicyError, Refused) as exc:
+    except PolicyError as exc:
         metrics.http_errors[exc.status] += 1
         if request.path == "/v1/runs":
             metrics.runs_refused[exc.code] += 1
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         metrics.http_errors[exc.status] += 1
-        code = _HTTP_CODES.get(exc.status, "http_error")
-        return error_response(exc.status, code, exc.reason)
+        return error_response(http_refusal(exc.status, exc.reason))
     except (ConnectionResetError, asyncio.CancelledError):
         raise
     except Exception as exc:
         metrics.http_errors[500] += 1
         _log.exception("handler_failed", path=request.path, error=repr(exc))
-        return error_response(500, "internal_error", "internal error; see the daemon's log")
+        return error_response(PolicyError(INTERNAL_ERROR, "internal error; see the daemon's log"))
 
 
 # Any client that reaches a listener can be refused at will: a line per period, with a count.
@@ -240,10 +241,10 @@ _refusals = logs.Throttle(10.0)
 async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
     refusal = check_access(request, request.app[CONFIG].server, request.app[STATE].tcp_token)
     if refusal is not None:
-        request.app[METRICS].http_errors[refusal[0]] += 1
+        request.app[METRICS].http_errors[refusal.status] += 1
         if count := _refusals.due():
-            _log.warning("access_refused", code=refusal[1], path=request.path, count=count)
-        return error_response(*refusal)
+            _log.warning("access_refused", code=refusal.code, path=request.path, count=count)
+        return error_response(refusal)
     return await handler(request)
 
 
@@ -263,7 +264,7 @@ async def post_run(request: web.Request) -> web.StreamResponse:
     """``POST /v1/runs``: start a run; 202 at once, or 200 with the result when ``wait``."""
     state = request.app[STATE]
     if state.stopping:
-        raise PolicyError(503, "shutting_down", "the daemon is shutting down")
+        raise PolicyError(SHUTTING_DOWN, "the daemon is shutting down")
     manager = manager_of(request.app)
     body = await request.read()
     run_request = decode_run_request(body, max_task_bytes=request.app[CONFIG].limits.task_bytes)
@@ -291,7 +292,7 @@ async def get_run(request: web.Request) -> web.Response:
     """``GET /v1/runs/{id}``: state, with the final result once done."""
     state = await manager_of(request.app).state(request.match_info["run_id"])
     if state is None:
-        raise PolicyError(404, "run_not_found", "no run with that id")
+        raise PolicyError(RUN_NOT_FOUND, "no run with that id")
     return _json(state)
 
 
@@ -312,8 +313,8 @@ async def cancel_run(request: web.Request) -> web.Response:
         return _json({"run_id": run_id, "status": "cancelling", "last_seq": last_seq}, status=202)
     state = await manager.state(run_id)
     if state is None:
-        raise PolicyError(404, "run_not_found", "no run with that id")
-    raise PolicyError(409, "run_finished", f"the run already ended: {state['status']}")
+        raise PolicyError(RUN_NOT_FOUND, "no run with that id")
+    raise PolicyError(RUN_FINISHED, f"the run already ended: {state['status']}")
 
 
 async def healthz(request: web.Request) -> web.Response:

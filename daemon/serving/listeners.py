@@ -25,13 +25,15 @@ from aiohttp.web_protocol import RequestHandler
 
 from codelegate.daemon.logs import Throttle
 from codelegate.daemon.metrics import Metrics
-from codelegate.daemon.serving.app import error_response
+from codelegate.daemon.serving.app import error_response, http_refusal
+from codelegate.policy.codes import TOO_MANY_CONNECTIONS
+from codelegate.policy.errors import PolicyError
 
 _log = structlog.get_logger("codelegate.listeners")
 
 LOG_EVERY_S: Final = 10.0
 _BODY: Final = msgspec.json.encode(
-    {"error": {"code": "too_many_connections", "message": "the listener is at its cap; retry"}}
+    PolicyError(TOO_MANY_CONNECTIONS, "the listener is at its cap; retry").to_json()
 )
 TURN_AWAY: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
@@ -70,10 +72,10 @@ class JsonErrors(RequestHandler):
         if request.writer.output_size > 0:  # as aiohttp: too late for another answer
             raise ConnectionError("the answer had begun; cannot send an error instead")
         if status >= 500:
-            response = error_response(status, "internal_error", "internal error; see the log")
+            response = error_response(http_refusal(status, "internal error; see the log"))
         else:
             kind = type(exc).__name__ if exc is not None else "unknown"
-            response = error_response(status, "bad_request", f"malformed HTTP request ({kind})")
+            response = error_response(http_refusal(status, f"malformed HTTP request ({kind})"))
         response.force_close()
         return response
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
@@ -12,6 +12,7 @@ from codelegate.daemon.hub import Hub
 from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.runs import RunManager
 from codelegate.daemon.store.store import RunStore
+from codelegate.policy.codes import BAD_REQUEST, UNAVAILABLE
 from codelegate.policy.config import Config
 from codelegate.policy.errors import PolicyError
 
@@ -30,7 +31,6 @@ class DaemonState:
     manager: RunManager | None = None
     store: RunStore | None = None
     fanout: Publisher | None = None  # [fanout]: frames on Redis Streams
-    websockets: set[web.WebSocketResponse] = field(default_factory=set)
 
 
 CONFIG: Final = web.AppKey("config", Config)
@@ -43,7 +43,7 @@ def manager_of(app: web.Application) -> RunManager:
     """The app's run manager (available while the app runs)."""
     manager = app[STATE].manager
     if manager is None:
-        raise web.HTTPServiceUnavailable(reason="the daemon is starting")
+        raise PolicyError(UNAVAILABLE, "the daemon is starting")
     return manager
 
 
@@ -55,7 +55,7 @@ def int_query(request: web.Request, name: str, default: int, lo: int, hi: int) -
     try:
         value = int(raw)
     except ValueError:
-        raise PolicyError(400, "bad_request", f"{name} must be an integer") from None
+        raise PolicyError(BAD_REQUEST, f"{name} must be an integer") from None
     if not lo <= value <= hi:
-        raise PolicyError(400, "bad_request", f"{name} must be between {lo} and {hi}")
+        raise PolicyError(BAD_REQUEST, f"{name} must be between {lo} and {hi}")
     return value

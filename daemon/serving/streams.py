@@ -24,6 +24,7 @@ from codelegate.daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames
 from codelegate.daemon.runs import RunManager
 from codelegate.daemon.serving.state import CONFIG, HUB, METRICS, STATE, int_query, manager_of
 from codelegate.daemon.tasks import spawn
+from codelegate.policy.codes import RUN_NOT_FOUND, SHUTTING_DOWN
 from codelegate.policy.errors import PolicyError
 
 _WS_MAX_MESSAGE: Final = 64 * 1024
@@ -43,7 +44,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     try:
         kind = await manager.subscribe(sub, run_id, after)
         if kind == "unknown":
-            raise PolicyError(404, "run_not_found", "no run with that id")
+            raise PolicyError(RUN_NOT_FOUND, "no run with that id")
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):
@@ -98,7 +99,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     hub, state = request.app[HUB], request.app[STATE]
     config = request.app[CONFIG]
     if state.stopping:
-        raise PolicyError(503, "shutting_down", "the daemon is shutting down")
+        raise PolicyError(SHUTTING_DOWN, "the daemon is shutting down")
     after = int_query(request, "after", 0, 0, 2**53)
     sub = Subscriber(max_queue=config.limits.subscriber_queue, name="ws")
     hub.attach(sub)
@@ -109,7 +110,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         if run_id == "*":
             manager.follow_all(sub, after)
         elif run_id and await manager.subscribe(sub, run_id, after) == "unknown":
-            raise PolicyError(404, "run_not_found", "no run with that id")
+            raise PolicyError(RUN_NOT_FOUND, "no run with that id")
         # No permessage-deflate: every client gets the very same frame bytes (see _WsSink).
         ws = web.WebSocketResponse(
             heartbeat=30.0, max_msg_size=_WS_MAX_MESSAGE, timeout=_WS_CLOSE_TIMEOUT, compress=False
@@ -119,7 +120,6 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         hub.detach(sub)
         raise
     request.app[METRICS].ws_connections += 1
-    state.websockets.add(ws)
     closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     sub.on_close = lambda: None if closed.done() else closed.set_result(None)
     writer = spawn(_ws_writer(ws, sub), name="ws-writer")
@@ -140,7 +140,6 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     finally:
         reader.cancel()
         hub.detach(sub)
-        state.websockets.discard(ws)
         if not sub.closed:
             sub.close(1000, "")
         writer.cancel()

@@ -26,6 +26,7 @@ import pytest
 
 from codelegate.daemon.serving import access
 from codelegate.daemon.supervision import cgroups
+from codelegate.policy.errors import PolicyError
 from tests.daemon.conftest import Daemon
 from tests.e2e.conftest import E2E
 from tests.security.conftest import Spy
@@ -286,7 +287,7 @@ async def test_the_verdict_is_taken_once_per_connection(
     calls: list[int] = []
     real = access.unix_refusal
 
-    def counted(*args: Any) -> access.Refusal | None:
+    def counted(*args: Any) -> PolicyError | None:
         calls.append(1)
         return real(*args)
 
