@@ -1,19 +1,19 @@
-"""A run as the daemon holds it in memory, and the JSON state of ``GET /v1/runs/{id}``."""
+"""A run as the daemon holds it in memory, around its one description, the :class:`RunRecord`."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Final, Literal
 
 import msgspec
 
 from codelegate.daemon.hub import Delivery
-from codelegate.daemon.store.store import RunRecord
+from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.config import Config
 from codelegate.policy.launch import LaunchPlan
-from codelegate.translator import Limits, Translator
+from codelegate.translator import Limits, RunContext, Translator
 from codelegate.translator.control import ResultWatch
 from codelegate.translator.frames import FinalResult
 
@@ -22,22 +22,16 @@ Stopping = Literal["cancelled", "timeout"]
 
 @dataclass(eq=False)
 class Run:
-    """A run the daemon holds in memory: live, or recently finished."""
+    """A run the daemon holds in memory: live, or recently finished.
 
-    run_id: str
-    cwd: str
-    mode: str
-    session_id: str
-    resumed: bool
-    parent_tool_call_id: str | None
-    created_at: float
+    ``record`` is what is known about it — what ``GET /v1/runs/{id}`` answers and the store
+    keeps —, kept current as frames go out (``last_seq``) and when it ends.
+    """
+
+    record: RunRecord
     translator: Translator
     plan: LaunchPlan
     log: list[Delivery] = field(default_factory=list)
-    status: str = "running"
-    result: FinalResult | None = None
-    finished_at: float | None = None
-    exit_code: int | None = None
     stopping: Stopping | None = None
     child: ChildProcess | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -50,49 +44,75 @@ class Run:
     settling: bool = False
 
     @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
     def last_seq(self) -> int:
         """The seq of the last frame published."""
-        return self.log[-1].seq if self.log else 0
+        return self.record.last_seq
 
-    def state(self) -> dict[str, Any]:
-        """The JSON body of ``GET /v1/runs/{id}``."""
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-            "cwd": self.cwd,
-            "mode": self.mode,
-            "session_id": self.session_id,
-            "resumed": self.resumed,
-            "parent_tool_call_id": self.parent_tool_call_id,
-            "last_seq": self.last_seq,
-            "exit_code": self.exit_code,
-            "result": msgspec.to_builtins(self.result) if self.result is not None else None,
-        }
+    @property
+    def result(self) -> FinalResult | None:
+        """The final result once the run has ended (the translator makes and holds it)."""
+        return self.translator.result
 
 
-def record_state(rec: RunRecord) -> dict[str, Any]:
-    """The JSON body of ``GET /v1/runs/{id}`` for a run known only to the store."""
-    result = msgspec.json.decode(rec.result) if rec.result else None
-    return {
-        "run_id": rec.run_id,
-        "status": rec.status,
-        "created_at": rec.created_at,
-        "finished_at": rec.finished_at,
-        "cwd": rec.cwd,
-        "mode": rec.mode,
-        "session_id": rec.session_id,
-        "resumed": rec.resumed,
-        "parent_tool_call_id": rec.parent_tool_call_id,
-        "last_seq": rec.last_seq,
-        "exit_code": rec.exit_code,
-        "result": result,
-    }
+def run_context(
+    rec: RunRecord,
+    *,
+    parent_session_id: str | None = None,
+    revision_base: int = 0,
+    sequence_base: int = 0,
+) -> RunContext:
+    """The translator's context of the run ``rec`` describes (a new run's, or a recovered one's:
+    there the Work Room marks come back from the stored frames)."""
+    return RunContext(
+        run_id=rec.run_id,
+        cwd=rec.cwd,
+        mode=rec.mode,
+        parent_tool_call_id=rec.parent_tool_call_id,
+        parent_session_id=parent_session_id,
+        session_id=rec.session_id,
+        resumed=rec.resumed,
+        started_at=rec.created_at,
+        revision_base=revision_base,
+        sequence_base=sequence_base,
+    )
+
+
+def finish_record(
+    rec: RunRecord,
+    result: FinalResult | None,
+    exit_code: int | None,
+    now: float,
+    *,
+    without_result: str = "failed",
+) -> RunRecord:
+    """``rec`` as its run ended: the final result's status (``without_result`` when there is no
+    result), the result's JSON, the exit code and the time."""
+    rec.status = result.status if result is not None else without_result
+    rec.result = msgspec.Raw(msgspec.json.encode(result)) if result is not None else None
+    rec.exit_code = exit_code
+    rec.finished_at = now
+    return rec
+
+
+# The translator's bounds the operator does not set: the translator's own (O Chat's, the
+# design's), named here so that a new Limits field is a decision, not a silent default.
+FIXED_LIMITS: Final = frozenset(
+    {"summary_chars", "error_chars", "items", "held_lines", "denials", "stderr_chars"}
+)
 
 
 def translator_limits(config: Config) -> Limits:
-    """The translator's bounds from the operator's ``[limits]`` (fields both sides know)."""
-    ours = msgspec.structs.asdict(config.limits)
-    known = {f.name for f in msgspec.structs.fields(Limits)}
-    return Limits(**{k: v for k, v in ours.items() if k in known})
+    """The translator's bounds: the operator's ``[limits]`` where they set one (FIXED_LIMITS
+    otherwise)."""
+    ours = config.limits
+    return Limits(
+        arg_bytes=ours.arg_bytes,
+        result_bytes=ours.result_bytes,
+        final_result_bytes=ours.final_result_bytes,
+        line_bytes=ours.line_bytes,
+        text_chars=ours.text_chars,
+    )

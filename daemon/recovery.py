@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 
-import msgspec
 import structlog
 
 from codelegate.daemon.metrics import Metrics
+from codelegate.daemon.record import finish_record, run_context
 from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.supervision.procs import kill_run
-from codelegate.translator import Limits, Outcome, RunContext, Translator
+from codelegate.translator import Limits, Outcome, Translator
 from codelegate.translator.frames import decode_frame, encode_frame
 
 _log = structlog.get_logger("codelegate.recovery")
@@ -30,21 +30,11 @@ async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int
         if killed or left:
             _log.info("run_orphans_killed", run_id=rec.run_id, killed=killed, left=left)
         frames = [decode_frame(b) for b in await store.frames_after(rec.run_id, 0)]
-        ctx = RunContext(
-            run_id=rec.run_id,
-            cwd=rec.cwd,
-            mode=rec.mode,
-            parent_tool_call_id=rec.parent_tool_call_id,
-            session_id=rec.session_id,
-            resumed=rec.resumed,
-            started_at=rec.created_at,
-        )
-        translator = Translator.restore(ctx, frames, limits)
+        translator = Translator.restore(run_context(rec), frames, limits)
         now = time.time()
         for frame in translator.close(Outcome(reason="interrupted"), now):
             store.append_frame(rec.run_id, frame.seq, encode_frame(frame), always=True)
-        result = translator.result
-        status = result.status if result is not None else "interrupted"
+        finish_record(rec, translator.result, None, now, without_result="interrupted")
         if rec.parent_tool_call_id is not None:  # a follow-up continues its Work Room
             try:
                 await store.advance_invocation(
@@ -53,16 +43,10 @@ async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int
             except StoreError as exc:
                 _log.error("store_invocation_failed", run_id=rec.run_id, error=str(exc))
         try:
-            await store.finish_run(
-                rec.run_id,
-                status,
-                msgspec.json.encode(result) if result is not None else b"null",
-                None,
-                now,
-            )
+            await store.finish_run(rec)
         except StoreError as exc:  # queued and retried by the store; the daemon still starts
             _log.error("store_finish_failed", run_id=rec.run_id, error=str(exc))
-        metrics.runs_finished[status] += 1
-        _log.info("run_interrupted", run_id=rec.run_id, status=status)
+        metrics.runs_finished[rec.status] += 1
+        _log.info("run_interrupted", run_id=rec.run_id, status=rec.status)
         closed += 1
     return closed

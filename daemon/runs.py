@@ -31,9 +31,10 @@ import structlog
 
 from codelegate.daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
 from codelegate.daemon.metrics import Metrics
-from codelegate.daemon.record import Run, Stopping, record_state, translator_limits
+from codelegate.daemon.record import Run, Stopping, finish_record, run_context, translator_limits
 from codelegate.daemon.recovery import recover_runs
-from codelegate.daemon.store.store import RunRecord, RunStore, StoreError
+from codelegate.daemon.store.queries import RunRecord
+from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus, SpawnError
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.codes import SESSION_BUSY, TOO_MANY_RUNS
@@ -48,7 +49,7 @@ from codelegate.policy.launch import (
     resolve_workspace,
 )
 from codelegate.policy.request import RunRequest
-from codelegate.translator import Outcome, Redactor, RunContext, Translator
+from codelegate.translator import Outcome, Redactor, Translator
 from codelegate.translator.control import ResultWatch, control_request
 from codelegate.translator.frames import (
     Diagnostic,
@@ -102,22 +103,18 @@ class RunManager:
         """A run held in memory (live or recently finished)."""
         return self._active.get(run_id) or self._recent.get(run_id)
 
-    async def state(self, run_id: str) -> dict[str, Any] | None:
-        """A run's state from memory or the store; None when unknown."""
+    async def state(self, run_id: str) -> RunRecord | None:
+        """A run's record from memory or the store; None when unknown."""
         run = self.get(run_id)
-        if run is not None:
-            return run.state()
-        rec = await self._store.get_run(run_id)
-        return record_state(rec) if rec is not None else None
+        return run.record if run is not None else await self._store.get_run(run_id)
 
-    async def recent(self, limit: int) -> list[dict[str, Any]]:
-        """Recent runs, newest first, with live state for the active ones."""
-        states = {r.run_id: r.state() for r in self._active.values()}  # stored or not yet
+    async def recent(self, limit: int) -> list[RunRecord]:
+        """Recent runs, newest first, as memory knows them where it holds them."""
+        states = {r.run_id: r.record for r in self._active.values()}  # stored or not yet
         for rec in await self._store.list_runs(limit):
             run = self.get(rec.run_id)
-            states[rec.run_id] = run.state() if run is not None else record_state(rec)
-        ordered = sorted(states.values(), key=lambda s: -float(s["created_at"]))
-        return ordered[:limit]
+            states[rec.run_id] = run.record if run is not None else rec
+        return sorted(states.values(), key=lambda rec: -rec.created_at)[:limit]
 
     async def subscribe(
         self, sub: Subscriber, run_id: str, after: int
@@ -179,7 +176,10 @@ class RunManager:
         if request.resume is not None:
             session_id = parse_session_id(request.resume)
             # A session this daemon is running right now (its record may not be written yet).
-            owner = next((r.cwd for r in self._active.values() if r.session_id == session_id), None)
+            owner = next(
+                (r.record.cwd for r in self._active.values() if r.record.session_id == session_id),
+                None,
+            )
             if owner is None:
                 owner = await self._store.session_owner(session_id)
             check_resume(session_id, owner, cwd)
@@ -196,7 +196,7 @@ class RunManager:
         # requests cannot both take the last slot or the same session.
         if len(self._active) >= self.config.policy.max_concurrent_runs:
             raise PolicyError(TOO_MANY_RUNS, "too many runs are running; retry later")
-        if any(r.session_id == session_id for r in self._active.values()):
+        if any(r.record.session_id == session_id for r in self._active.values()):
             raise PolicyError(SESSION_BUSY, "that session is already running")
         plan = plan_launch(
             self.config,
@@ -207,27 +207,23 @@ class RunManager:
             parent_env=self._environ,
             marker=(RUN_MARKER_VAR, run_id),
         )
-        now = time.time()
-        ctx = RunContext(
+        rec = RunRecord(
             run_id=run_id,
+            created_at=time.time(),
             cwd=cwd,
             mode=plan.mode,
-            parent_tool_call_id=parent.tool_call_id if parent is not None else None,
-            parent_session_id=parent.session_id if parent is not None else None,
             session_id=session_id,
             resumed=resumed,
-            started_at=now,
+            parent_tool_call_id=parent.tool_call_id if parent is not None else None,
+        )
+        ctx = run_context(
+            rec,
+            parent_session_id=parent.session_id if parent is not None else None,
             revision_base=revision,
             sequence_base=sequence,
         )
         run = Run(
-            run_id=run_id,
-            cwd=cwd,
-            mode=plan.mode,
-            session_id=session_id,
-            resumed=resumed,
-            parent_tool_call_id=ctx.parent_tool_call_id,
-            created_at=now,
+            record=rec,
             # The run's redactor knows the credentials policy passes to this CLI: it masks them
             # in frames, in the stderr tail and in what the run logs.
             translator=Translator(ctx, self._limits, Redactor(plan.secrets)),
@@ -259,18 +255,19 @@ class RunManager:
         """
         revision, sequence = await self._store.invocation_marks(parent_tool_call_id)
         for run in (*self._active.values(), *self._recent.values()):
-            if run.parent_tool_call_id == parent_tool_call_id:
+            if run.record.parent_tool_call_id == parent_tool_call_id:
                 revision = max(revision, run.translator.revision)
                 sequence = max(sequence, run.translator.activity_sequence)
         return revision, sequence
 
     async def _keep_work_room_marks(self, run: Run) -> None:
-        if run.parent_tool_call_id is None:
+        parent = run.record.parent_tool_call_id
+        if parent is None:
             return
         translator = run.translator
         try:
             await self._store.advance_invocation(
-                run.parent_tool_call_id, translator.revision, translator.activity_sequence
+                parent, translator.revision, translator.activity_sequence
             )
         except StoreError as exc:  # kept in memory while the run is recent; logged
             _log.error("store_invocation_failed", error=str(exc))
@@ -339,6 +336,8 @@ class RunManager:
             if isinstance(frame, Diagnostic):
                 self._metrics.diagnostics[frame.code] += frame.count
         run.log.extend(batch)
+        if batch:
+            run.record.last_seq = batch[-1].seq
         if len(run.log) > self._keep_frames + self._keep_frames // 4:
             # Bound memory per run; older frames are replayed from the store (see subscribe).
             del run.log[: len(run.log) - self._keep_frames]
@@ -366,7 +365,7 @@ class RunManager:
                 await asyncio.sleep(0)
 
     async def _drive(self, run: Run) -> None:
-        structlog.contextvars.bind_contextvars(run_id=run.run_id, session_id=run.session_id)
+        structlog.contextvars.bind_contextvars(run_id=run.run_id, session_id=run.record.session_id)
         outcome = Outcome(reason="cancelled")
         try:
             outcome = await self._supervise(run)
@@ -391,18 +390,7 @@ class RunManager:
     async def _supervise(self, run: Run) -> Outcome:
         plan = run.plan
         try:
-            await self._store.create_run(
-                RunRecord(
-                    run_id=run.run_id,
-                    status="running",
-                    created_at=run.created_at,
-                    cwd=run.cwd,
-                    mode=run.mode,
-                    session_id=run.session_id,
-                    resumed=run.resumed,
-                    parent_tool_call_id=run.parent_tool_call_id,
-                )
-            )
+            await self._store.create_run(run.record)
         except StoreError as exc:
             _log.error("store_create_failed", error=str(exc))
             return Outcome(reason="spawn_failed", stderr_tail="the run store is unavailable")
@@ -488,28 +476,18 @@ class RunManager:
             outcome = msgspec.structs.replace(outcome, frames_not_stored=not_stored)
         # Stored even past the cap: replay and recovery must see how the run ended.
         self._emit(run, run.translator.close(outcome, now), keep=True)
-        result = run.translator.result
-        run.result = result
-        run.status = result.status if result is not None else "failed"
-        run.finished_at = now
-        run.exit_code = outcome.exit_code
-        self._metrics.runs_finished[run.status] += 1
-        self._metrics.observe_duration(max(0.0, now - run.created_at))
+        rec = finish_record(run.record, run.translator.result, outcome.exit_code, now)
+        self._metrics.runs_finished[rec.status] += 1
+        self._metrics.observe_duration(max(0.0, now - rec.created_at))
         # Move to the recent cache before any await: the run no longer counts against capacity.
         self._active.pop(run.run_id, None)
         self._recent[run.run_id] = run
         while len(self._recent) > RECENT_RUNS:
             self._recent.popitem(last=False)
         try:
-            # finish_run is written after the run's buffered frames and, like them, retried
-            # by the store if the disk is full; no separate flush (defect D2).
-            await self._store.finish_run(
-                run.run_id,
-                run.status,
-                msgspec.json.encode(result) if result is not None else b"null",
-                outcome.exit_code,
-                now,
-            )
+            # finish_run is written after the run's buffered frames and, like them, retried by
+            # the store if the disk is full: a flush of its own could only fail the same way.
+            await self._store.finish_run(rec)
         except StoreError as exc:
             _log.error("store_finish_failed", error=str(exc))
         except Exception as exc:
@@ -519,12 +497,12 @@ class RunManager:
             run.done.set()
             _log.info(
                 "run_finished",
-                status=run.status,
+                status=rec.status,
                 exit_code=outcome.exit_code,
                 reason=outcome.reason,
                 **({"frames_not_stored": not_stored} if not_stored else {}),
             )
-            if run.status == "failed" and outcome.stderr_tail:
+            if rec.status == "failed" and outcome.stderr_tail:
                 _log.warning("run_stderr", tail=outcome.stderr_tail)
 
     # -- start-up and shutdown -------------------------------------------------------------

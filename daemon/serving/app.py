@@ -314,7 +314,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     state = await manager.state(run_id)
     if state is None:
         raise PolicyError(RUN_NOT_FOUND, "no run with that id")
-    raise PolicyError(RUN_FINISHED, f"the run already ended: {state['status']}")
+    raise PolicyError(RUN_FINISHED, f"the run already ended: {state.status}")
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -11,7 +11,29 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
+import msgspec
+
 T = TypeVar("T")
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """The one description of a run, live or finished: a row of ``runs``, the body of
+    ``GET /v1/runs/{id}`` (README "HTTP API"), and what the run's translator context is made of
+    (``daemon/record.py``)."""
+
+    run_id: str
+    status: str = "running"
+    created_at: float
+    finished_at: float | None = None
+    cwd: str
+    mode: str
+    session_id: str | None = None
+    resumed: bool = False
+    parent_tool_call_id: str | None = None
+    last_seq: int = 0
+    exit_code: int | None = None
+    result: msgspec.Raw | None = None  # the FinalResult's JSON, sent as it is
+
 
 SCHEMA_VERSION: Final = 1
 SCHEMA: Final = """
@@ -55,15 +77,12 @@ CREATE TABLE IF NOT EXISTS invocations (
     sequence INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
-# The order of RunRecord's fields (checked by a test).
-COLUMNS: Final = (
-    "run_id, status, created_at, finished_at, cwd, mode, session_id, resumed,"
-    " parent_tool_call_id, last_seq, result, exit_code"
-)
+COLUMNS: Final = ", ".join(RunRecord.__struct_fields__)
 SELECT_RUNS: Final = f"SELECT {COLUMNS} FROM runs"  # noqa: S608 - constant columns
 
 Frame = tuple[str, int, bytes]  # (run_id, seq, encoded frame)
-Finish = tuple[str, bytes | None, int | None, float]  # (status, result, exit_code, finished_at)
+# (status, result, exit_code, finished_at) of a finished run, as RunRecord has them
+Finish = tuple[str, msgspec.Raw | None, int | None, float | None]
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -135,20 +154,27 @@ def write_batch(conn: sqlite3.Connection, frames: list[Frame], finishes: dict[st
     transaction(conn, write)
 
 
-def create_run(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
-    """Insert a run (values in COLUMNS order); a fresh session id is recorded as issued by it."""
-    run_id, created_at, cwd, session_id, resumed = row[0], row[2], row[4], row[6], row[7]
+def record(row: Sequence[Any]) -> RunRecord:
+    """The record of a row selected with :data:`SELECT_RUNS`."""
+    fields = dict(zip(RunRecord.__struct_fields__, row, strict=True))
+    fields["resumed"] = bool(fields["resumed"])
+    if fields["result"] is not None:
+        fields["result"] = msgspec.Raw(bytes(fields["result"]))
+    return RunRecord(**fields)
+
+
+def create_run(conn: sqlite3.Connection, rec: RunRecord) -> None:
+    """Insert a run; a fresh (not resumed) session id is recorded as issued by it."""
+    values = msgspec.structs.astuple(rec)
+    marks = ", ".join("?" * len(values))
 
     def write() -> None:
-        conn.execute(
-            f"INSERT INTO runs ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
-            tuple(row),
-        )
-        if session_id is not None and not resumed:
+        conn.execute(f"INSERT INTO runs ({COLUMNS}) VALUES ({marks})", values)  # noqa: S608
+        if rec.session_id is not None and not rec.resumed:
             conn.execute(
                 "INSERT OR IGNORE INTO sessions (session_id, cwd, run_id, issued_at)"
                 " VALUES (?, ?, ?, ?)",
-                (session_id, cwd, run_id, created_at),
+                (rec.session_id, rec.cwd, rec.run_id, rec.created_at),
             )
 
     transaction(conn, write)

@@ -45,11 +45,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
-import msgspec
 import structlog
 
 from codelegate.daemon.store import queries
-from codelegate.daemon.store.queries import Finish, Frame
+from codelegate.daemon.store.queries import Finish, Frame, RunRecord, record
 
 T = TypeVar("T")
 
@@ -62,31 +61,6 @@ UNCAPPED: Final = 1 << 62
 
 class StoreError(Exception):
     """A store operation failed (the cause is chained); the daemon logs it and carries on."""
-
-
-class RunRecord(msgspec.Struct, kw_only=True):
-    """One row of ``runs``: what is known about a run, live or finished."""
-
-    run_id: str
-    status: str
-    created_at: float
-    finished_at: float | None = None
-    cwd: str
-    mode: str
-    session_id: str | None = None
-    resumed: bool = False
-    parent_tool_call_id: str | None = None
-    last_seq: int = 0
-    result: bytes | None = None  # FinalResult JSON
-    exit_code: int | None = None
-
-
-def _record(row: tuple[Any, ...]) -> RunRecord:
-    fields = dict(zip(RunRecord.__struct_fields__, row, strict=True))
-    fields["resumed"] = bool(fields["resumed"])
-    if fields["result"] is not None:
-        fields["result"] = bytes(fields["result"])
-    return RunRecord(**fields)
 
 
 Batch = tuple[list[Frame], dict[str, Finish]]
@@ -417,17 +391,10 @@ class RunStore:
 
     async def create_run(self, rec: RunRecord) -> None:
         """Insert a new run; a fresh (not resumed) session id is recorded as issued by it."""
-        await self._call(queries.create_run, msgspec.structs.astuple(rec))
+        await self._call(queries.create_run, rec)
 
-    async def finish_run(
-        self,
-        run_id: str,
-        status: str,
-        result: bytes | None,
-        exit_code: int | None,
-        finished_at: float,
-    ) -> None:
-        """Record the final status and result, after the run's buffered frames.
+    async def finish_run(self, rec: RunRecord) -> None:
+        """Record the run's final status, result, exit code and end, after its buffered frames.
 
         Waits for this run's batch only (never for the whole backlog of a run that floods).
         Durable like frames: if the write fails it stays queued and is retried (readers see it
@@ -435,10 +402,11 @@ class RunStore:
         """
         if self._closed:
             raise StoreError("the run store is closed")
+        run_id = rec.run_id
         pending = self._pending.get(run_id)
         if pending is None:
             pending = self._pending[run_id] = _Pending()
-        pending.finish = (status, result, exit_code, finished_at)
+        pending.finish = (rec.status, rec.result, rec.exit_code, rec.finished_at)
         self._queue(run_id, pending)
         waiter = asyncio.get_running_loop().create_future()
         self._finish_waiters.setdefault(run_id, []).append(waiter)
@@ -451,19 +419,19 @@ class RunStore:
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run's record, or None."""
         rows = await self._call(queries.select, f"{queries.SELECT_RUNS} WHERE run_id = ?", run_id)
-        return self._overlay(_record(rows[0])) if rows else None
+        return self._overlay(record(rows[0])) if rows else None
 
     async def list_runs(self, limit: int = 50) -> list[RunRecord]:
         """The most recent runs, newest first."""
         sql = f"{queries.SELECT_RUNS} ORDER BY created_at DESC, rowid DESC LIMIT ?"
         return [
-            self._overlay(_record(r)) for r in await self._call(queries.select, sql, max(0, limit))
+            self._overlay(record(r)) for r in await self._call(queries.select, sql, max(0, limit))
         ]
 
     async def live_runs(self) -> list[RunRecord]:
         """Runs still marked running: at start-up, those a previous daemon left behind."""
         sql = f"{queries.SELECT_RUNS} WHERE status = 'running' ORDER BY created_at"
-        records = [self._overlay(_record(r)) for r in await self._call(queries.select, sql)]
+        records = [self._overlay(record(r)) for r in await self._call(queries.select, sql)]
         return [rec for rec in records if rec.status == "running"]
 
     async def frames_page(self, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:

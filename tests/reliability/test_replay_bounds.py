@@ -35,12 +35,12 @@ async def _stored_run(d: Daemon) -> str:
     store = d.handle.app[STATE].store
     assert isinstance(store, RunStore)
     run_id = "replay-" + os.urandom(4).hex()
-    from tests.store.conftest import record
+    from tests.store.conftest import finished, record
 
     await store.create_run(record(run_id))
     for seq in range(1, FRAMES + 1):
         store.append_frame(run_id, seq, _frame(run_id, seq))
-    await store.finish_run(run_id, "completed", b'{"status":"completed"}', 0, 2000.0)
+    await store.finish_run(finished(run_id, 2000.0, result=b'{"status":"completed"}'))
     return run_id
 
 

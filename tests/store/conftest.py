@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from codelegate.daemon.store.store import RunRecord, RunStore
+from codelegate.daemon.store.queries import RunRecord
+from codelegate.daemon.store.store import RunStore
 
 
 def record(run_id: str, *, created_at: float = 1000.0, **kw: object) -> RunRecord:
@@ -21,6 +23,13 @@ def record(run_id: str, *, created_at: float = 1000.0, **kw: object) -> RunRecor
     }
     fields.update(kw)
     return RunRecord(**fields)  # type: ignore[arg-type]
+
+
+def finished(run_id: str, at: float, *, result: bytes = b"{}") -> RunRecord:
+    """The record ``finish_run`` takes for a run that completed at ``at`` (exit code 0)."""
+    return record(
+        run_id, status="completed", finished_at=at, exit_code=0, result=msgspec.Raw(result)
+    )
 
 
 def frame(run_id: str, seq: int) -> bytes:

@@ -7,13 +7,15 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 import structlog
 import structlog.testing
 
 from codelegate.daemon.store import queries
-from codelegate.daemon.store.store import RunRecord, RunStore, StoreError
-from tests.store.conftest import frame, record
+from codelegate.daemon.store.queries import RunRecord
+from codelegate.daemon.store.store import RunStore, StoreError
+from tests.store.conftest import finished, frame, record
 
 
 async def test_round_trip(store: RunStore) -> None:
@@ -22,11 +24,11 @@ async def test_round_trip(store: RunStore) -> None:
         store.append_frame("r1", seq, frame("r1", seq))
     assert await store.frames_after("r1", 0) == [frame("r1", s) for s in range(1, 6)]
     assert await store.frames_after("r1", 3) == [frame("r1", 4), frame("r1", 5)]
-    await store.finish_run("r1", "completed", b'{"status":"completed"}', 0, 2000.0)
+    await store.finish_run(finished("r1", 2000.0, result=b'{"status":"completed"}'))
     rec = await store.get_run("r1")
     assert rec is not None
     assert (rec.status, rec.last_seq, rec.exit_code, rec.finished_at) == ("completed", 5, 0, 2000.0)
-    assert rec.result == b'{"status":"completed"}'
+    assert rec.result == msgspec.Raw(b'{"status":"completed"}')
     assert rec.parent_tool_call_id == "call_1"
     assert await store.get_run("nope") is None
     assert await store.frames_after("nope", 0) == []
@@ -39,7 +41,7 @@ async def test_restart_gives_the_same_frames_bytes_and_seqs(db_path: str) -> Non
     for seq in range(1, 301):
         first.append_frame("r1", seq, frame("r1", seq))
     first.append_frame("r2", 1, frame("r2", 1))
-    await first.finish_run("r1", "completed", b"{}", 0, 1500.0)
+    await first.finish_run(finished("r1", 1500.0))
     before = await first.frames_after("r1", 0)
     await first.close()  # r2 is left "running", as if the daemon died
 
@@ -124,13 +126,13 @@ async def test_prune_by_age_and_count_keeps_running_runs(store: RunStore) -> Non
     day = 86400.0
     now = 100 * day
     await store.create_run(record("old", created_at=now - 40 * day, session_id="s-old"))
-    await store.finish_run("old", "completed", b"{}", 0, now - 40 * day)
+    await store.finish_run(finished("old", now - 40 * day))
     await store.create_run(record("live", created_at=now - 50 * day))  # still running
     for i in range(4):
         rid = f"new{i}"
         await store.create_run(record(rid, created_at=now - day + i, session_id=f"s-{i}"))
         store.append_frame(rid, 1, frame(rid, 1))
-        await store.finish_run(rid, "completed", b"{}", 0, now - day + i)
+        await store.finish_run(finished(rid, now - day + i))
     store.append_frame("old", 1, frame("old", 1))
 
     assert await store.prune(30, 1000, now=now) == 1  # "old" is past retention
@@ -149,9 +151,9 @@ async def test_a_resumed_sessions_owner_survives_while_a_run_of_it_is_kept(
     store: RunStore,
 ) -> None:
     await store.create_run(record("first", created_at=1.0, session_id="s-1"))
-    await store.finish_run("first", "completed", b"{}", 0, 2.0)
+    await store.finish_run(finished("first", 2.0))
     await store.create_run(record("again", created_at=3.0, session_id="s-1", resumed=True))
-    await store.finish_run("again", "completed", b"{}", 0, 4.0)
+    await store.finish_run(finished("again", 4.0))
     assert await store.prune(30, 1, now=5.0) == 1
     assert await store.session_owner("s-1") == "/srv/workspaces/demo"
 
@@ -258,9 +260,9 @@ async def test_the_database_is_in_wal_mode(store: RunStore) -> None:
     assert rows == [("wal",)]
 
 
-def test_record_fields_match_the_column_order() -> None:
-    columns = tuple(c.strip() for c in queries.COLUMNS.split(","))
-    assert columns == RunRecord.__struct_fields__
+async def test_the_runs_table_has_a_column_for_every_field_of_the_record(store: RunStore) -> None:
+    rows = await store._call(lambda conn: conn.execute("PRAGMA table_info(runs)").fetchall())
+    assert sorted(row[1] for row in rows) == sorted(RunRecord.__struct_fields__)
 
 
 async def test_a_final_status_that_cannot_be_written_is_kept_and_retried(db_path: str) -> None:
@@ -272,7 +274,7 @@ async def test_a_final_status_that_cannot_be_written_is_kept_and_retried(db_path
         await store._call(lambda conn: conn.execute("PRAGMA query_only = 1"))
 
         with pytest.raises(StoreError, match="final status of r1"):
-            await store.finish_run("r1", "completed", b'{"status":"completed"}', 0, 2000.0)
+            await store.finish_run(finished("r1", 2000.0, result=b'{"status":"completed"}'))
 
         # Readers already see the outcome; the run is not "live" any more.
         rec = await store.get_run("r1")
@@ -294,7 +296,8 @@ async def test_a_final_status_that_cannot_be_written_is_kept_and_retried(db_path
     try:
         rec = await again.get_run("r1")
         assert rec is not None
-        assert (rec.status, rec.result, rec.last_seq) == ("completed", b'{"status":"completed"}', 1)
+        answer = ("completed", msgspec.Raw(b'{"status":"completed"}'), 1)
+        assert (rec.status, rec.result, rec.last_seq) == answer
         assert await again.live_runs() == []
     finally:
         await again.close()
@@ -331,7 +334,7 @@ async def test_a_work_rooms_counters_survive_a_restart_and_a_prune_and_never_go_
     try:
         assert await store.invocation_marks("call_1") == (0, 0)
         await store.create_run(record("r1", parent_tool_call_id="call_1"))
-        await store.finish_run("r1", "completed", b"{}", 0, 2.0)
+        await store.finish_run(finished("r1", 2.0))
         await store.advance_invocation("call_1", 5, 3)
         await store.advance_invocation("call_1", 4, 7)  # an older run's end, written late
         await store.advance_invocation("call_2", 1, 1)
@@ -389,7 +392,7 @@ async def test_a_finish_never_lands_before_the_frames_of_a_failed_batch(db_path:
     for seq in range(1, 257):  # exactly one batch: in flight when the finish comes
         store.append_frame("r1", seq, frame("r1", seq) + b" " * 2000)
     with pytest.raises(StoreError, match="final status of r1 not written"):
-        await store.finish_run("r1", "completed", b'{"status":"completed"}', 0, 2000.0)
+        await store.finish_run(finished("r1", 2000.0, result=b'{"status":"completed"}'))
     assert any("full" in str(e) for e in errors)
     with structlog.testing.capture_logs() as logs:
         await store.close()  # never raises: says what it could not write
@@ -417,7 +420,7 @@ async def test_a_run_past_its_cap_stores_its_first_frames_and_its_closing_ones(
         assert kept == [True] * 10 + [False] * 10
         assert store.not_stored("r1") == 10
         assert store.append_frame("r1", 21, frame("r1", 21), always=True)
-        await store.finish_run("r1", "completed", b"{}", 0, 2000.0)
+        await store.finish_run(finished("r1", 2000.0))
         page = await store.frames_page("r1", 0, 100)
         assert [seq for seq, _ in page] == [*range(1, 11), 21]
         assert [seq for seq, _ in await store.frames_page("r1", 5, 3)] == [6, 7, 8]
