@@ -12,18 +12,19 @@ only when used, so that ``serve`` does not pay for rich.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
 from codelegate.daemon.clients.tool import state_dir
 from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
+from codelegate.daemon.supervision.version import cli_version
 from codelegate.policy.config import Config, FanoutConfig, development_config, parse_config
 from codelegate.policy.errors import ConfigError
 
@@ -103,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     serve.add_argument(
-        "--drain", type=float, default=10.0, help="seconds runs may finish on SIGTERM"
+        "--drain", type=float, help="seconds runs may finish on SIGTERM before they are cancelled"
     )
     translate = sub.add_parser("translate", help="stream-json transcript → frames (NDJSON)")
     translate.add_argument("file", help="a transcript file, or - for stdin")
@@ -145,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return doctor(args.config)
 
 
-def _serve(config_path: str | None, level: str, drain: float) -> int:
+def _serve(config_path: str | None, level: str, drain: float | None) -> int:
     from codelegate.daemon import logs
     from codelegate.daemon.serving import server
 
@@ -223,7 +224,7 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
     if server.tcp and server.token_file and os.path.isfile(server.token_file):
         problems.extend(_token_problems(server.token_file))
     if resolved:
-        version = _claude_version(resolved)
+        version = asyncio.run(cli_version(resolved, os.environ))
         out.append(f"claude version: {version_note(version)}")
         if version is None:
             problems.append("claude.path: the CLI did not answer --version")
@@ -252,7 +253,7 @@ def version_note(reported: str | None) -> str:
     """``claude --version``'s answer, said against the version the project pins and tests."""
     if reported is None:
         return "did not answer --version"
-    if reported.split()[0] == CLAUDE_CODE_VERSION:
+    if reported == CLAUDE_CODE_VERSION:
         return f"{reported} (the pinned version)"
     return (
         f"{reported} -- WARNING: not the pinned {CLAUDE_CODE_VERSION}, which the translator and "
@@ -272,21 +273,6 @@ def _doctor_fanout(fanout: FanoutConfig, out: list[str]) -> list[str]:
     )
     problem = probe(fanout)
     return [f"fanout.redis_url: {problem}"] if problem else []
-
-
-def _claude_version(path: str) -> str | None:
-    try:
-        done = subprocess.run(  # noqa: S603 - the operator's configured CLI, no shell
-            [path, "--version"],
-            capture_output=True,
-            timeout=20,
-            check=False,
-            env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = done.stdout.decode("utf-8", "replace").strip()
-    return text or None if done.returncode == 0 else None
 
 
 def translate_stream(src: BinaryIO, dst: BinaryIO, *, cwd: str, run_id: str) -> None:

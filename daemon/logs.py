@@ -98,10 +98,14 @@ def _render(obj: Any, **_kwargs: Any) -> str:
         return _encoder.encode(_unicode_safe(obj)).decode()
 
 
+# How often a line about what any client can cause at will is logged, at most.
+THROTTLE_EVERY_S: Final = 10.0
+
+
 class Throttle:
     """At most one log line per period for an event any client can cause at will."""
 
-    def __init__(self, every_s: float) -> None:
+    def __init__(self, every_s: float = THROTTLE_EVERY_S) -> None:
         self.every_s = every_s
         self._unlogged = 0
         self._next = 0.0

@@ -64,7 +64,7 @@ _log = structlog.get_logger("codelegate.runs")
 RECENT_RUNS: Final = 64
 READ_CHUNK: Final = 1 << 16  # bytes of stdout read at a time
 # After the CLI exited and stragglers were reaped, how long stdout may take to reach EOF.
-DRAIN_S: Final = 5.0
+STDOUT_DRAIN_S: Final = 5.0
 # The end of the CLI's stderr that a failed run reports (and logs).
 STDERR_TAIL_CHARS: Final = 4000
 
@@ -461,7 +461,7 @@ class RunManager:
         # A straggler holding stdout would keep the pipe open: reap, then drain with a bound.
         await child.reap_stragglers()
         try:
-            async with asyncio.timeout(DRAIN_S):
+            async with asyncio.timeout(STDOUT_DRAIN_S):
                 await asyncio.shield(pump)
         except TimeoutError:
             pump.cancel()

@@ -34,8 +34,3 @@ def _done(task: asyncio.Task[Any]) -> None:
     exc = task.exception()
     if exc is not None:
         _log.error("background_task_failed", task=task.get_name(), error=repr(exc), exc_info=exc)
-
-
-def live_tasks() -> frozenset[asyncio.Task[Any]]:
-    """The background tasks still running (for shutdown and tests)."""
-    return frozenset(_live)

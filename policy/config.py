@@ -361,12 +361,15 @@ def socket_mode_bits(server: ServerConfig) -> int:
     return int(server.socket_mode, 8)
 
 
-def parse_tcp(value: str) -> tuple[str, int]:
-    """``"127.0.0.1:8765"`` or ``"[::1]:8765"`` → (host, port); ValueError says what is wrong."""
+def parse_tcp(value: str, *, lowest_port: int = 1) -> tuple[str, int]:
+    """``"127.0.0.1:8765"`` or ``"[::1]:8765"`` → (host, port); ValueError says what is wrong.
+
+    ``lowest_port=0`` also takes port 0 (any free port: what tests listen on).
+    """
     host, sep, port = value.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not sep or not host or not port.isdigit() or not lowest_port <= int(port) <= 65535:
         raise ValueError(f"expected host:port such as '127.0.0.1:8765'; got {value!r}")
     return host, int(port)
 

@@ -28,6 +28,7 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
+from codelegate.translator.cards import NAME_PREFIX
 from codelegate.translator.frames import (
     Diagnostic,
     FinalResult,
@@ -39,7 +40,6 @@ from codelegate.translator.frames import (
     ToolResult,
 )
 
-NAME_PREFIX: Final = "Claude Code › "
 _SPINNER: Final = Spinner("dots")
 _NOTE_CHARS: Final = 100
 _ERROR_CHARS: Final = 160

@@ -35,6 +35,7 @@ from codelegate.daemon.serving.state import (
 from codelegate.daemon.serving.streams import run_events, websocket
 from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.supervision.supervisor import reap_orphans_forever
+from codelegate.daemon.supervision.version import cli_version
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.codes import (
     HTTP_ERROR,
@@ -46,19 +47,16 @@ from codelegate.policy.codes import (
 )
 from codelegate.policy.config import Config
 from codelegate.policy.errors import PolicyError
-from codelegate.policy.request import decode_run_request
+from codelegate.policy.request import decode_run_request, request_body_limit
 
 if TYPE_CHECKING:
     from codelegate.daemon.fanout import Publisher
 
-__all__ = ["CONFIG", "HUB", "METRICS", "STATE", "DaemonState", "create_app", "manager_of"]
-
 _log = structlog.get_logger("codelegate.app")
 
-# Above policy's own body bound (task limit x JSON escaping + room), so that policy, not aiohttp,
-# answers an oversized task with its precise 413.
-_BODY_OVERHEAD: Final = 128 * 1024
-_BODY_FACTOR: Final = 6
+# How far past policy's body bound aiohttp still reads a body: one a little too large gets
+# policy's precise 413 (task_too_large, with the task limit) rather than aiohttp's.
+_PAST_THE_BODY_BOUND: Final = 64 * 1024
 _LIST_LIMIT_MAX: Final = 1000
 PRUNE_INTERVAL_S: Final = 3600.0
 
@@ -76,7 +74,7 @@ def create_app(
     """
     app = web.Application(
         middlewares=[_errors, _access],
-        client_max_size=config.limits.task_bytes * _BODY_FACTOR + _BODY_OVERHEAD,
+        client_max_size=request_body_limit(config.limits.task_bytes) + _PAST_THE_BODY_BOUND,
         # A waiting caller that hangs up must cancel its run: that needs the handler cancelled.
         handler_args={"handler_cancellation": True},
     )
@@ -109,9 +107,6 @@ def create_app(
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Open the store, close runs a previous daemon left running, and undo it all at the end."""
     config, state = app[CONFIG], app[STATE]
-    store_dir = os.path.dirname(config.store.path)
-    if store_dir:
-        os.makedirs(store_dir, exist_ok=True)
     store = await RunStore.open(
         config.store.path,
         max_frames=config.limits.max_stored_frames,
@@ -126,7 +121,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             _log.info("runs_interrupted_closed", count=interrupted)
         state.store, state.manager = store, manager
         state.fanout = _start_fanout(config, store, app[HUB])
-        state.cli_version = await _cli_version(config.claude.path, state.environ)
+        state.cli_version = await cli_version(config.claude.path, state.environ)
         yield
         state.stopping = True
         await manager.drain(0)
@@ -161,31 +156,6 @@ async def _prune_forever(store: RunStore, config: Config) -> None:
             if pruned:
                 _log.info("store_pruned", runs=pruned)
         await asyncio.sleep(PRUNE_INTERVAL_S)
-
-
-async def _cli_version(path: str, environ: Mapping[str, str]) -> str | None:
-    """``claude --version``, for /healthz and the logs; None when the CLI does not answer."""
-    env = {k: v for k, v in environ.items() if k in ("PATH", "HOME", "LANG")}
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            path,
-            "--version",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-        )
-    except OSError:
-        return None
-    try:
-        async with asyncio.timeout(15):
-            out, _ = await proc.communicate()
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return None
-    text = out.decode("utf-8", "replace").strip()
-    return text.split()[0] if proc.returncode == 0 and text else None
 
 
 async def _close_subscribers(app: web.Application) -> None:
@@ -234,7 +204,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 # Any client that reaches a listener can be refused at will: a line per period, with a count.
-_refusals = logs.Throttle(10.0)
+_refusals = logs.Throttle()
 
 
 @web.middleware

@@ -23,7 +23,7 @@ import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from codelegate.daemon.logs import Throttle
+from codelegate.daemon.logs import THROTTLE_EVERY_S, Throttle
 from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.serving.app import error_response, http_refusal
 from codelegate.policy.codes import TOO_MANY_CONNECTIONS
@@ -31,7 +31,7 @@ from codelegate.policy.errors import PolicyError
 
 _log = structlog.get_logger("codelegate.listeners")
 
-LOG_EVERY_S: Final = 10.0
+LOG_EVERY_S: Final = THROTTLE_EVERY_S
 _BODY: Final = msgspec.json.encode(
     PolicyError(TOO_MANY_CONNECTIONS, "the listener is at its cap; retry").to_json()
 )

@@ -30,18 +30,20 @@ import structlog
 from aiohttp import web
 
 from codelegate.daemon import logs
-from codelegate.daemon.serving.app import METRICS, STATE, create_app, manager_of
+from codelegate.daemon.serving.app import create_app
 from codelegate.daemon.serving.listeners import GatedSite
+from codelegate.daemon.serving.state import METRICS, STATE, manager_of
+from codelegate.daemon.store.queries import make_parent
 from codelegate.daemon.supervision.supervisor import become_subreaper
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.checks import token_problem
-from codelegate.policy.config import Config, ServerConfig, socket_mode_bits
+from codelegate.policy.config import Config, ServerConfig, parse_tcp, socket_mode_bits
 from codelegate.policy.environment import passed_secrets
 
 _log = structlog.get_logger("codelegate.server")
 
 SD_LISTEN_FDS_START: Final = 3
-DRAIN_S: Final = 10.0  # how long running runs may finish on SIGTERM before they are cancelled
+SHUTDOWN_DRAIN_S: Final = 10.0  # how long running runs may finish on SIGTERM before cancelled
 SHUTDOWN_S: Final = 5.0  # then how long open requests get before aiohttp cancels them
 # Descriptors besides client connections: the store, runs' pipes, the loop's own (~20 idle).
 FD_RESERVE: Final = 128
@@ -152,9 +154,8 @@ def lock_store(store_path: str) -> int:
     same store are refused as surely as two on one socket. The kernel drops it when the daemon
     dies, however it dies, so a stale lock file never blocks a restart.
     """
+    make_parent(store_path)  # the lock is taken before the store opens (and creates it)
     path = absolute(store_path) + ".lock"
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
@@ -194,9 +195,10 @@ def absolute(path: str) -> str:
 
 def bind_tcp(value: str) -> socket.socket:
     """A listening TCP socket on ``host:port`` (validated by the config; port 0 in tests)."""
-    host, _, port = value.rpartition(":")
     try:
-        return socket.create_server((host.strip("[]"), int(port)))
+        return socket.create_server(parse_tcp(value, lowest_port=0))
+    except ValueError as exc:
+        raise ServerError(f"[server] tcp: {exc}") from exc
     except OSError as exc:
         raise ServerError(f"cannot listen on {value}: {exc.strerror or exc}") from exc
 
@@ -325,7 +327,7 @@ def raise_nofile_limit(server: ServerConfig) -> int:
     return soft
 
 
-async def serve(config: Config, *, drain_s: float = DRAIN_S) -> int:
+async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     """Run the daemon until SIGTERM/SIGINT; returns the process exit code."""
     if become_subreaper():
         _log.info("subreaper", enabled=True)
@@ -384,12 +386,14 @@ def ensure_standard_fds() -> None:
                 os.close(null)
 
 
-def run(config: Config, *, drain_s: float = DRAIN_S) -> int:
-    """Run :func:`serve` on uvloop (as a loop factory, not a global policy)."""
+def run(config: Config, *, drain_s: float | None = None) -> int:
+    """Run :func:`serve` on uvloop (as a loop factory, not a global policy); ``drain_s``:
+    :data:`SHUTDOWN_DRAIN_S` unless given."""
     ensure_standard_fds()
+    drain = SHUTDOWN_DRAIN_S if drain_s is None else drain_s
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(serve(config, drain_s=drain_s))
+        return asyncio.run(serve(config, drain_s=drain))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(config, drain_s=drain_s))
+        return runner.run(serve(config, drain_s=drain))

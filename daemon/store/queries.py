@@ -85,11 +85,16 @@ Frame = tuple[str, int, bytes]  # (run_id, seq, encoded frame)
 Finish = tuple[str, msgspec.Raw | None, int | None, float | None]
 
 
-def connect(path: str) -> sqlite3.Connection:
-    """Open the database in WAL mode and bring the schema up to date."""
+def make_parent(path: str) -> None:
+    """Create the directory the store file ``path`` lives in, if it is missing."""
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """Open the database in WAL mode and bring the schema up to date."""
+    make_parent(path)
     if path != ":memory:":
         # Runs hold tasks, tool output and results: readable by the daemon's user only. SQLite
         # gives the -wal and -shm files the mode of the database file.

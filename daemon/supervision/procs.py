@@ -185,12 +185,6 @@ async def kill_run(
         await asyncio.sleep(poll)  # let the kernel finish tearing the killed processes down
 
 
-async def kill_leftovers(run_id: str, *, limit_s: float = 5.0) -> tuple[int, list[int]]:
-    """Kill what a run left behind when the daemon supervising it died (start-up recovery):
-    its orphans by marker, whoever their parent is now, and its cgroup if still there."""
-    return await kill_run(run_id, limit_s=limit_s)
-
-
 def register_child(pid: int) -> None:
     """Tell the reaper that asyncio waits for ``pid`` (a direct child we spawned)."""
     _direct_children.add(pid)

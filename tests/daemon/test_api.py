@@ -11,6 +11,7 @@ import pytest
 
 from codelegate.daemon import runs as runs_module
 from codelegate.daemon.supervision.supervisor import ChildProcess
+from codelegate.policy.request import request_body_limit
 from tests.daemon.conftest import BASE, Daemon, make_config, start_daemon, stop_daemon
 
 
@@ -149,8 +150,14 @@ async def test_task_too_large_is_413(
     try:
         status, body = await d.json("POST", "/v1/runs", json={"task": "x" * 2000})
         assert (status, body["error"]["code"]) == (413, "task_too_large")
+        # A body just past policy's bound is still read, and refused by policy with the limit;
+        # aiohttp stops reading one far past it.
+        just_past = b" " * (request_body_limit(1024) + 1)
+        status, body = await d.json("POST", "/v1/runs", data=just_past)
+        assert (status, body["error"]["code"]) == (413, "task_too_large")
+        assert "1024 bytes" in body["error"]["message"]
         status, body = await d.json("POST", "/v1/runs", data=b"x" * (1024 * 1024))
-        assert status == 413
+        assert (status, body["error"]["code"]) == (413, "body_too_large")
     finally:
         await stop_daemon(d)
     assert spawns == []

@@ -188,7 +188,7 @@ def test_doctor_says_whether_the_cli_is_the_pinned_version(
 ) -> None:
     config = _tcp_config(tmp_path, secrets.token_hex(8).encode(), FAKE_CLAUDE)
     assert doctor(str(config), {}) == 0
-    assert f"claude version: {CLAUDE_CODE_VERSION} (Claude Code) (the pinned version)" in (
+    assert f"claude version: {CLAUDE_CODE_VERSION} (the pinned version)" in (
         capsys.readouterr().out
     )
     other = tmp_path / "claude"
@@ -197,4 +197,4 @@ def test_doctor_says_whether_the_cli_is_the_pinned_version(
     config = _tcp_config(tmp_path, secrets.token_hex(8).encode(), str(other))
     assert doctor(str(config), {}) == 0  # a warning, not a problem: the operator may test it
     out = capsys.readouterr().out
-    assert f"9.0.1 (Claude Code) -- WARNING: not the pinned {CLAUDE_CODE_VERSION}" in out
+    assert f"claude version: 9.0.1 -- WARNING: not the pinned {CLAUDE_CODE_VERSION}" in out

@@ -302,7 +302,7 @@ async def test_shutdown_closes_websockets_going_away(config: Config, tmp_path: P
 
 
 async def test_stopping_daemon_refuses_new_runs(daemon: Daemon) -> None:
-    from codelegate.daemon.serving.app import STATE
+    from codelegate.daemon.serving.state import STATE
 
     daemon.handle.app[STATE].stopping = True
     status, body = await daemon.json("POST", "/v1/runs", json={"task": "x"})
@@ -367,7 +367,7 @@ async def test_lagging_websocket_is_closed_and_resumes_with_after(
 async def test_long_runs_keep_a_bounded_log_and_replay_the_rest_from_the_store(
     short_dir: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    from codelegate.daemon.serving.app import STATE
+    from codelegate.daemon.serving.state import STATE
     from tests.daemon.conftest import make_config
 
     config = make_config(short_dir, workspace, limits={"replay_frames": 100})

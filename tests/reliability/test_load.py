@@ -22,7 +22,7 @@ import pytest
 import structlog
 
 from codelegate.daemon.hub import CLOSE_LAGGING
-from codelegate.daemon.serving.app import HUB
+from codelegate.daemon.serving.state import HUB
 from codelegate.policy.config import Config
 from tests.daemon.conftest import BASE
 from tests.reliability.conftest import (

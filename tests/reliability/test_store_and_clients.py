@@ -9,7 +9,7 @@ import sqlite3
 import struct
 from pathlib import Path
 
-from codelegate.daemon.serving.app import HUB, STATE
+from codelegate.daemon.serving.state import HUB, STATE
 from codelegate.daemon.store.store import RunStore
 from codelegate.policy.config import Config
 from tests.reliability.conftest import (

@@ -330,7 +330,7 @@ async def test_leftovers_of_a_run_whose_supervisor_died_are_killed(
     await _grandchild_pid(child, pidfile)
     cgroup_path = child.cgroup.path if child.cgroup is not None else None
 
-    killed, left = await procs.kill_leftovers(child.run_id)
+    killed, left = await procs.kill_run(child.run_id)
 
     assert killed == 2  # the CLI and its escaped grandchild
     assert left == []
@@ -338,7 +338,7 @@ async def test_leftovers_of_a_run_whose_supervisor_died_are_killed(
     assert await child.wait() == ExitStatus(None, signal.SIGKILL)
     if cgroup_path is not None:
         assert not os.path.exists(cgroup_path)  # noqa: ASYNC240 - one stat
-        child.cgroup = None  # removed by kill_leftovers
+        child.cgroup = None  # removed by kill_run
 
 
 async def test_marked_processes_are_killed_without_pidfds_too(
