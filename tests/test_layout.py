@@ -217,8 +217,6 @@ BEING_SPLIT = frozenset(
         "codelegate.daemon.fanout",
         "codelegate.daemon.hub",
         "codelegate.daemon.runs",
-        "codelegate.daemon.store.store",
-        "codelegate.daemon.supervision.supervisor",
         "codelegate.translator.cards",
         "codelegate.translator.core",
         "codelegate.translator.redact",

@@ -34,7 +34,7 @@ from codelegate.daemon.serving.state import (
 )
 from codelegate.daemon.serving.streams import run_events, websocket
 from codelegate.daemon.store.store import RunStore, StoreError
-from codelegate.daemon.supervision.supervisor import reap_orphans_forever
+from codelegate.daemon.supervision.procs import reap_orphans_forever
 from codelegate.daemon.supervision.version import cli_version
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.codes import (

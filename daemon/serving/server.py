@@ -34,7 +34,7 @@ from codelegate.daemon.serving.app import create_app
 from codelegate.daemon.serving.listeners import GatedSite
 from codelegate.daemon.serving.state import METRICS, STATE, manager_of
 from codelegate.daemon.store.queries import make_parent
-from codelegate.daemon.supervision.supervisor import become_subreaper
+from codelegate.daemon.supervision.procs import become_subreaper
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.checks import token_problem
 from codelegate.policy.config import Config, ServerConfig, parse_tcp, socket_mode_bits

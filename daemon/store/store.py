@@ -2,11 +2,12 @@
 
 All database work happens on one dedicated worker thread (a single-thread executor): the event
 loop never blocks on disk, and one thread owning the connection needs no locking. The SQL lives
-in ``daemon/queries.py``. WAL mode lets operators read the file while the daemon writes it.
+in ``daemon/store/queries.py``, the write buffers in ``daemon/store/buffers.py``. WAL mode lets
+operators read the file while the daemon writes it.
 
 Writing. Frames and final statuses wait in a buffer of their own per run and are written by one
 writer task, one batch (one transaction) at a time, at most ``flush_frames`` frames and about
-``flush_bytes`` bytes each. A batch takes up to :data:`QUANTUM` frames from each waiting run in
+``flush_bytes`` bytes each. A batch takes up to ``QUANTUM`` frames from each waiting run in
 turn (round-robin), so a run that floods its output never makes another run's frames, its
 record or a read wait behind more than one bounded batch: the executor holds at most one batch
 ahead of any other call. The live fan-out never waits for the store at all (``append_frame``
@@ -40,7 +41,6 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -48,40 +48,18 @@ from typing import Any, Final, TypeVar
 import structlog
 
 from codelegate.daemon.store import queries
-from codelegate.daemon.store.queries import Finish, Frame, RunRecord, record
+from codelegate.daemon.store.buffers import UNCAPPED, Batch, Buffers
+from codelegate.daemon.store.queries import RunRecord, record
 
 T = TypeVar("T")
 
 _log = structlog.get_logger("codelegate.store")
 
 RETRY_AFTER_S: Final = 1.0  # after a failed write: no hot loop against a full disk
-QUANTUM: Final = 32  # frames a batch takes from one run before the next run's turn
-UNCAPPED: Final = 1 << 62
 
 
 class StoreError(Exception):
     """A store operation failed (the cause is chained); the daemon logs it and carries on."""
-
-
-Batch = tuple[list[Frame], dict[str, Finish]]
-
-
-class _Pending:
-    """One run's unwritten frames and final status, and how much of the run the store keeps."""
-
-    __slots__ = ("finish", "frames", "not_stored", "queued", "stored_bytes", "stored_frames")
-
-    def __init__(self) -> None:
-        self.frames: deque[Frame] = deque()
-        self.finish: Finish | None = None
-        self.queued = False  # in the writer's round-robin turn
-        self.stored_frames = 0  # accepted for storing (written or buffered)
-        self.stored_bytes = 0
-        self.not_stored = 0  # past the cap: delivered live only
-
-    @property
-    def empty(self) -> bool:
-        return not self.frames and self.finish is None
 
 
 class RunStore:
@@ -103,14 +81,13 @@ class RunStore:
         self._conn = conn
         self._flush_interval = flush_interval
         self._flush_frames = flush_frames
-        self._flush_bytes = flush_bytes
-        self._max_frames = max_frames
-        self._max_bytes = max_bytes
         self._on_error = on_error
-        self._pending: dict[str, _Pending] = {}
-        self._turn: deque[str] = deque()  # runs with something to write, in round-robin order
-        self._buffered = 0  # frames waiting in the buffers (not in flight)
-        self._inflight: Batch | None = None
+        self._buffers = Buffers(
+            batch_frames=flush_frames,
+            batch_bytes=flush_bytes,
+            max_frames=max_frames,
+            max_bytes=max_bytes,
+        )
         self._writer: asyncio.Task[None] | None = None
         self._urgent = False  # write until the buffers are empty (flush, finish, close)
         self._finish_waiters: dict[str, list[asyncio.Future[None]]] = {}
@@ -168,11 +145,6 @@ class RunStore:
 
     # -- the write buffers -----------------------------------------------------------------
 
-    def _queue(self, run_id: str, pending: _Pending) -> None:
-        if not pending.queued:
-            pending.queued = True
-            self._turn.append(run_id)
-
     def append_frame(self, run_id: str, seq: int, data: bytes, *, always: bool = False) -> bool:
         """Queue one encoded frame for the next batch; never blocks.
 
@@ -181,22 +153,9 @@ class RunStore:
         """
         if self._closed:
             raise StoreError("the run store is closed")
-        pending = self._pending.get(run_id)
-        if pending is None:
-            pending = self._pending[run_id] = _Pending()
-        size = len(data)
-        if not always and (
-            pending.stored_frames >= self._max_frames
-            or pending.stored_bytes + size > self._max_bytes
-        ):
-            pending.not_stored += 1
+        if not self._buffers.append((run_id, seq, data), always=always):
             return False
-        pending.stored_frames += 1
-        pending.stored_bytes += size
-        pending.frames.append((run_id, seq, data))
-        self._queue(run_id, pending)
-        self._buffered += 1
-        if self._buffered >= self._flush_frames and self._last_error is None:
+        if self._buffers.buffered >= self._flush_frames and self._last_error is None:
             # (After a failed write only the retry timer, a flush or a finish writes again.)
             self._start_writer()
         elif self._timer is None and self._writer is None:
@@ -207,91 +166,44 @@ class RunStore:
 
     def not_stored(self, run_id: str) -> int:
         """Frames of ``run_id`` past its cap, delivered live but not stored."""
-        pending = self._pending.get(run_id)
-        return pending.not_stored if pending is not None else 0
+        return self._buffers.not_stored(run_id)
 
     def _start_writer(self) -> None:
         """Start the writer task unless it runs already (it then picks up what is new)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._writer is None and self._turn and not self._closed:
+        if self._writer is None and self._buffers.waiting and not self._closed:
             self._writer = asyncio.get_running_loop().create_task(
                 self._write_loop(), name="runstore-writer"
             )
-
-    def _take(self) -> Batch:
-        """The next batch: up to QUANTUM frames of each waiting run in turn, bounded in size."""
-        frames: list[Frame] = []
-        finishes: dict[str, Finish] = {}
-        budget, room = self._flush_frames, self._flush_bytes
-        turn = self._turn
-        while turn and len(frames) < budget and room > 0:
-            run_id = turn.popleft()
-            pending = self._pending[run_id]
-            queue = pending.frames
-            for _ in range(min(QUANTUM, budget - len(frames), len(queue))):
-                frame = queue.popleft()
-                frames.append(frame)
-                room -= len(frame[2])
-                if room <= 0:
-                    break
-            if not queue and pending.finish is not None:
-                # Every earlier frame of the run is in this batch or written: the finish may go.
-                finishes[run_id] = pending.finish
-                pending.finish = None
-            if pending.empty:
-                pending.queued = False
-            else:
-                turn.append(run_id)
-        self._buffered -= len(frames)
-        return frames, finishes
-
-    def _restore(self, batch: Batch) -> None:
-        """Put a failed batch back at the front of its runs' buffers, in order."""
-        frames, finishes = batch
-        by_run: dict[str, list[Frame]] = {}
-        for frame in frames:
-            by_run.setdefault(frame[0], []).append(frame)
-        for run_id, run_frames in by_run.items():
-            pending = self._pending.setdefault(run_id, _Pending())
-            pending.frames.extendleft(reversed(run_frames))
-        for run_id, finish in finishes.items():
-            pending = self._pending.setdefault(run_id, _Pending())
-            if pending.finish is None:  # a newer finish of that run wins
-                pending.finish = finish
-        for run_id in {*by_run, *finishes}:
-            pending = self._pending[run_id]
-            if not pending.queued:
-                pending.queued = True
-                self._turn.appendleft(run_id)
-        self._buffered += len(frames)
 
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
         failed = False
         try:
-            while self._turn:
-                batch = self._take()
-                self._inflight = batch
+            buffers = self._buffers
+            while buffers.waiting:
+                batch = buffers.take()
+                buffers.inflight = batch
                 try:
                     await loop.run_in_executor(
                         self._executor, queries.write_batch, self._conn, *batch
                     )
                 except Exception as exc:  # kept and retried, never lost
-                    self._inflight = None
+                    buffers.inflight = None
                     self._failed(batch, exc)
                     failed = True
                     return
-                self._inflight = None
+                buffers.inflight = None
                 self._written(batch)
-                if not self._urgent and self._buffered < self._flush_frames:
+                if not self._urgent and buffers.buffered < self._flush_frames:
                     break
-            if not self._turn:
+            if not buffers.waiting:
                 self._urgent = False
         finally:
             self._writer = None
-            if not self._closed and self._turn and self._timer is None:
+            if not self._closed and self._buffers.waiting and self._timer is None:
                 delay = RETRY_AFTER_S if failed else self._flush_interval
                 self._timer = loop.call_later(delay, self._start_writer)
 
@@ -302,10 +214,8 @@ class RunStore:
         if self._last_error is not None:
             _log.info("store_write_recovered", failed_writes=self.write_errors)
             self._last_error = None
+        self._buffers.forget_finished(finishes)
         for run_id in finishes:
-            pending = self._pending.get(run_id)
-            if pending is not None and pending.empty:
-                del self._pending[run_id]  # finished and written: nothing more to account for
             for waiter in self._finish_waiters.pop(run_id, ()):
                 if not waiter.done():
                     waiter.set_result(None)
@@ -315,9 +225,9 @@ class RunStore:
         self.write_errors += 1
         first = self._last_error is None
         self._last_error = exc
-        self._restore(batch)
+        self._buffers.restore(batch)
         if first:  # once per failing streak, not once a second while the disk stays full
-            frames, finishes = self._unwritten_counts()
+            frames, finishes = self._buffers.counts()
             _log.error("store_write_failed", error=str(exc), frames=frames, final_statuses=finishes)
         # A final status waiting behind this batch is not written either: tell its caller.
         waiters, self._finish_waiters = self._finish_waiters, {}
@@ -345,7 +255,7 @@ class RunStore:
         # What other runs appended while we waited is not a failure: only a write that failed
         # during this flush is.
         if self.write_errors > errors_before and self.unwritten:
-            frames, finishes = self._unwritten_counts()
+            frames, finishes = self._buffers.counts()
             raise StoreError(
                 f"{frames} frames and {finishes} final statuses not written (retrying):"
                 f" {self._last_error}"
@@ -354,33 +264,11 @@ class RunStore:
     @property
     def unwritten(self) -> int:
         """Frames and final statuses buffered or being written."""
-        return sum(self._unwritten_counts())
-
-    def _unwritten_counts(self) -> tuple[int, int]:
-        frames = self._buffered
-        finishes = sum(p.finish is not None for p in self._pending.values())
-        if self._inflight is not None:
-            frames += len(self._inflight[0])
-            finishes += len(self._inflight[1])
-        return frames, finishes
-
-    def _unwritten_of(self, run_id: str) -> tuple[list[Frame], Finish | None]:
-        """``run_id``'s frames and final status not written yet (buffered or in flight)."""
-        frames: list[Frame] = []
-        finish: Finish | None = None
-        if self._inflight is not None:
-            frames.extend(f for f in self._inflight[0] if f[0] == run_id)
-            finish = self._inflight[1].get(run_id)
-        pending = self._pending.get(run_id)
-        if pending is not None:
-            frames.extend(pending.frames)
-            if pending.finish is not None:
-                finish = pending.finish
-        return frames, finish
+        return sum(self._buffers.counts())
 
     def _overlay(self, rec: RunRecord) -> RunRecord:
         """``rec`` with its unwritten frames and final status applied."""
-        frames, finish = self._unwritten_of(rec.run_id)
+        frames, finish = self._buffers.unwritten_of(rec.run_id)
         if frames:
             rec.last_seq = max(rec.last_seq, *(seq for _, seq, _ in frames))
         if finish is not None:
@@ -403,11 +291,7 @@ class RunStore:
         if self._closed:
             raise StoreError("the run store is closed")
         run_id = rec.run_id
-        pending = self._pending.get(run_id)
-        if pending is None:
-            pending = self._pending[run_id] = _Pending()
-        pending.finish = (rec.status, rec.result, rec.exit_code, rec.finished_at)
-        self._queue(run_id, pending)
+        self._buffers.finish(run_id, (rec.status, rec.result, rec.exit_code, rec.finished_at))
         waiter = asyncio.get_running_loop().create_future()
         self._finish_waiters.setdefault(run_id, []).append(waiter)
         self._start_writer()
@@ -440,7 +324,7 @@ class RunStore:
         sql = "SELECT seq, data FROM frames WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
         rows = await self._call(queries.select, sql, run_id, after, limit)
         by_seq = {seq: bytes(data) for seq, data in rows}
-        for _, seq, data in self._unwritten_of(run_id)[0]:
+        for _, seq, data in self._buffers.unwritten_of(run_id)[0]:
             if seq > after:
                 by_seq.setdefault(seq, data)
         seqs = sorted(by_seq)
@@ -491,9 +375,9 @@ class RunStore:
             if self._on_error is not None:
                 self._on_error(exc)
         finally:
-            frames, finishes = self._unwritten_counts()
+            frames, finishes = self._buffers.counts()
             if frames or finishes:
-                runs = sorted(rid for rid, p in self._pending.items() if not p.empty)
+                runs = self._buffers.unwritten_runs()
                 _log.error(
                     "store_unflushed",
                     frames=frames,

@@ -26,19 +26,8 @@ from typing import Any, NamedTuple
 
 from codelegate.daemon.supervision import procs
 from codelegate.daemon.supervision.cgroups import RunCgroup
-from codelegate.daemon.supervision.procs import become_subreaper, reap_orphans, reap_orphans_forever
 from codelegate.policy.environment import RUN_MARKER_VAR
 from codelegate.translator.redact import PLAIN, Redactor
-
-__all__ = [
-    "RUN_MARKER_VAR",
-    "ChildProcess",
-    "ExitStatus",
-    "SpawnError",
-    "become_subreaper",
-    "reap_orphans",
-    "reap_orphans_forever",
-]
 
 STDERR_LINE_CHARS = 2000  # per kept stderr line; a runaway line must not fill the ring's memory
 STDOUT_BUFFER = 1 << 16  # StreamReader high-water mark: the pipe is paused above 2x this

@@ -371,7 +371,7 @@ async def test_a_flooding_run_keeps_another_runs_record_and_frames_one_batch_awa
         await store.create_run(record("quiet", created_at=1001.0))
         assert store.batches_written <= 2
         # Batches written or in flight before the quiet run's frame comes:
-        ahead = store.batches_written + (store._inflight is not None)
+        ahead = store.batches_written + (store._buffers.inflight is not None)
         store.append_frame("quiet", 1, frame("quiet", 1))
         await store.flush()
         # Its frame went with the next batch (round-robin), not after the flood's 19,000 others.

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from codelegate.daemon.supervision import cgroups, procs
-from codelegate.daemon.supervision.supervisor import ChildProcess, become_subreaper, reap_orphans
+from codelegate.daemon.supervision.procs import become_subreaper, reap_orphans
+from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.environment import RUN_MARKER_VAR
 from tests.fakes import FAKE_CLAUDE
 

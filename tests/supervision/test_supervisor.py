@@ -19,7 +19,6 @@ from codelegate.daemon.supervision.supervisor import (
     ExitStatus,
     SpawnError,
     pin_directory,
-    reap_orphans,
 )
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
 from tests.supervision.conftest import Spawn, alive, fake_env, gone, read_all, read_until, until
@@ -308,7 +307,7 @@ def test_pin_directory_follows_no_symlink(tmp_path: Path, case: str) -> None:
 async def test_the_orphan_reaper_never_steals_a_direct_childs_status(spawn_fake: Spawn) -> None:
     child = await spawn_fake("crash how=exit139")
     while child.returncode is None:
-        reap_orphans()
+        procs.reap_orphans()
         await asyncio.sleep(0)
     assert await child.wait() == ExitStatus(139, None)
 
