@@ -1,41 +1,33 @@
 """One run's life: policy → spawn → translate → publish → store → result.
 
 :class:`RunManager` asks policy for every decision before anything is spawned (a refused request
-spawns nothing), then drives the child: stdout chunks go through the run's :class:`Translator`,
-each frame is encoded once, appended to the run's in-memory frame log, queued for the store and
-published to the hub in one synchronous step — which is what makes a subscriber's snapshot + live
-atomic (see ``daemon/hub.py``).
-
-Cancellation marks the run first and only then signals the process: from that moment no output
-of the process is translated, so the only frames that still go out are those of
-``Translator.close`` (open cards closed, ``run_result`` cancelled). It interrupts the CLI's turn
-first (a control request on stdin): when the turn's ``result`` comes within
-``[policy] interrupt_grace_s`` the closing frames go out at once, the session resumable, and the
-process cleanup (stdin closed, the CLI's own exit, then SIGTERM/SIGKILL and the sweep) finishes
-behind them; otherwise the cleanup comes first, as for a CLI that does not answer.
+spawns nothing), then has the run's CLI driven (``daemon/driving.py``, which also tells how a
+cancel stops it): stdout chunks go through the run's :class:`Translator`, each frame is encoded
+once, appended to the run's in-memory frame log, queued for the store and published to the hub
+in one synchronous step — which is what makes a subscriber's snapshot + live atomic (see
+``daemon/hub.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 import structlog
 
+from codelegate.daemon.driving import Driver
 from codelegate.daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
 from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.record import Run, Stopping, finish_record, run_context, translator_limits
 from codelegate.daemon.recovery import recover_runs
 from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.store.store import RunStore, StoreError
-from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus, SpawnError
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.codes import SESSION_BUSY, TOO_MANY_RUNS
 from codelegate.policy.config import Config
@@ -50,7 +42,6 @@ from codelegate.policy.launch import (
 )
 from codelegate.policy.request import RunRequest
 from codelegate.translator import Outcome, Redactor, Translator
-from codelegate.translator.control import ResultWatch, control_request
 from codelegate.translator.frames import (
     Diagnostic,
     Frame,
@@ -62,11 +53,6 @@ _log = structlog.get_logger("codelegate.runs")
 
 # Finished runs kept in memory for replay without a store round trip.
 RECENT_RUNS: Final = 64
-READ_CHUNK: Final = 1 << 16  # bytes of stdout read at a time
-# After the CLI exited and stragglers were reaped, how long stdout may take to reach EOF.
-STDOUT_DRAIN_S: Final = 5.0
-# The end of the CLI's stderr that a failed run reports (and logs).
-STDERR_TAIL_CHARS: Final = 4000
 
 
 class RunManager:
@@ -91,6 +77,7 @@ class RunManager:
         self._active: dict[str, Run] = {}
         self._recent: OrderedDict[str, Run] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._driver = Driver(config, self._limits.line_bytes, self._emit, self._tasks)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -285,34 +272,9 @@ class RunManager:
             run.stopping = reason
             _log.info("run_stopping", run_id=run_id, reason=reason)
             if run.child is not None:
-                self._interrupt(run, run.child)
-                spawn(self._terminate(run, run.child), name=f"terminate:{run_id}")
+                self._driver.interrupt(run, run.child)
+                spawn(self._driver.terminate(run, run.child), name=f"terminate:{run_id}")
         return True
-
-    def _interrupt(self, run: Run, child: ChildProcess) -> None:
-        """Ask the CLI to end its turn; the pump watches for the turn's result from now on."""
-        if self.config.policy.interrupt_grace_s <= 0 or child.returncode is not None:
-            return
-        run.interrupt = ResultWatch(self._limits.line_bytes)
-        if not child.send(control_request(f"interrupt:{run.run_id}", "interrupt")):
-            run.interrupt = None  # stdin is closed already: the run was over anyway
-
-    async def _terminate(self, run: Run, child: ChildProcess) -> None:
-        policy = self.config.policy
-        if run.interrupt is not None:
-            try:
-                async with asyncio.timeout(policy.interrupt_grace_s):
-                    await run.turn_ended.wait()
-            except TimeoutError:
-                _log.info("run_interrupt_unanswered", grace_s=policy.interrupt_grace_s)
-            else:
-                # The CLI exits on its own once stdin closes (after a fixed delay of its own):
-                # let it, so that it leaves its transcript whole; SIGTERM only if it does not.
-                child.close_stdin()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(policy.cancel_grace_s):
-                        await child.wait()
-        await child.terminate(policy.cancel_grace_s)
 
     # -- driving ---------------------------------------------------------------------------
 
@@ -349,21 +311,6 @@ class RunManager:
             if told:
                 self._emit(run, told, keep=True)
 
-    async def _pump(self, run: Run, child: ChildProcess) -> None:
-        """Feed stdout to the translator until EOF; output after a stop is dropped unread."""
-        while chunk := await child.read(READ_CHUNK):
-            if run.stopping is None:
-                self._emit(run, run.translator.receive_data(chunk, time.time()))
-                if run.translator.channel.over:
-                    child.close_stdin()  # the last result, no background task open
-            elif run.interrupt is not None and run.interrupt.feed(chunk):
-                run.turn_ended.set()
-            if len(chunk) == READ_CHUNK:
-                # A full read may leave output buffered, and a read of buffered output does
-                # not suspend: yield so that writers run between chunks of a run that floods
-                # its output. A shorter read emptied the buffer; the next one waits anyway.
-                await asyncio.sleep(0)
-
     async def _drive(self, run: Run) -> None:
         structlog.contextvars.bind_contextvars(run_id=run.run_id, session_id=run.record.session_id)
         outcome = Outcome(reason="cancelled")
@@ -388,7 +335,6 @@ class RunManager:
                 run.settled.set()
 
     async def _supervise(self, run: Run) -> Outcome:
-        plan = run.plan
         try:
             await self._store.create_run(run.record)
         except StoreError as exc:
@@ -397,77 +343,7 @@ class RunManager:
         self._emit(run, run.translator.start(time.time()))
         if run.stopping is not None:  # cancelled before it started: spawn nothing
             return Outcome(reason=run.stopping)
-        try:
-            child = await ChildProcess.spawn(
-                plan.argv,
-                cwd=plan.cwd,
-                env=plan.env,
-                stdin=plan.stdin,
-                keep_stdin=True,
-                run_id=run.run_id,
-                stderr_lines=self.config.limits.stderr_lines,
-                redactor=run.translator.redactor,
-            )
-        except SpawnError as exc:
-            error = run.translator.redactor.clean_chars(str(exc), 2000)
-            _log.warning("spawn_failed", error=error)
-            return Outcome(reason="spawn_failed", stderr_tail=error)
-        run.child = child
-        if run.stopping is not None:  # cancelled while spawning
-            spawn(self._terminate(run, child), name=f"terminate:{run.run_id}")
-        pump = spawn(self._pump(run, child), name=f"pump:{run.run_id}")
-        exited = asyncio.ensure_future(child.wait())
-        ended = asyncio.ensure_future(run.turn_ended.wait())
-        status: ExitStatus
-        try:
-            async with asyncio.timeout(self.config.policy.run_timeout_s):
-                await asyncio.wait((exited, ended), return_when=asyncio.FIRST_COMPLETED)
-        except TimeoutError:
-            if run.stopping is None:
-                run.stopping = "timeout"
-                _log.info("run_timeout", timeout_s=self.config.policy.run_timeout_s)
-            await child.terminate(self.config.policy.cancel_grace_s)
-        finally:
-            ended.cancel()
-        if run.turn_ended.is_set() and not exited.done():
-            # A cancel's interrupt ended the turn: the closing frames go out now, and the
-            # process cleanup (``_terminate``, started by the cancel) finishes behind them.
-            run.settling = True
-            settle = spawn(self._settle(run, child, pump, exited), name=f"settle:{run.run_id}")
-            self._tasks.add(settle)
-            settle.add_done_callback(self._tasks.discard)
-            return Outcome(reason=run.stopping or "cancelled")
-        status = await exited
-        await self._after_exit(run, child, pump)
-        return Outcome(
-            reason=run.stopping or "exited",
-            exit_code=status.exit_code,
-            signal=status.signal,
-            # Redacted by the supervisor as one text, then cut: for the result and the log.
-            stderr_tail=child.stderr_tail(STDERR_TAIL_CHARS),
-        )
-
-    async def _settle(
-        self, run: Run, child: ChildProcess, pump: asyncio.Task[None], exited: asyncio.Future[Any]
-    ) -> None:
-        try:
-            status = await exited
-            await self._after_exit(run, child, pump)
-            _log.info("run_settled", exit_code=status.exit_code, signal=status.signal)
-        finally:
-            run.settled.set()
-
-    async def _after_exit(self, run: Run, child: ChildProcess, pump: asyncio.Task[None]) -> None:
-        # A straggler holding stdout would keep the pipe open: reap, then drain with a bound.
-        await child.reap_stragglers()
-        try:
-            async with asyncio.timeout(STDOUT_DRAIN_S):
-                await asyncio.shield(pump)
-        except TimeoutError:
-            pump.cancel()
-        await child.aclose()
-        if run.stopping is None and child.stderr_lines_seen:
-            self._emit(run, run.translator.stderr_seen(child.stderr_lines_seen, time.time()))
+        return await self._driver.run_child(run)
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
         now = time.time()

@@ -216,7 +216,6 @@ BEING_SPLIT = frozenset(
     {
         "codelegate.daemon.fanout",
         "codelegate.daemon.hub",
-        "codelegate.daemon.runs",
         "codelegate.translator.cards",
         "codelegate.translator.core",
         "codelegate.translator.redact",

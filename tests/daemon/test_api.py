@@ -34,7 +34,7 @@ def spawns(monkeypatch: pytest.MonkeyPatch) -> Spawns:
         seen.changed.set()
         return await real(argv, **kw)
 
-    monkeypatch.setattr(runs_module.ChildProcess, "spawn", recording)
+    monkeypatch.setattr(ChildProcess, "spawn", recording)
     return seen
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from codelegate.daemon.runs import RunManager
-from codelegate.daemon.store.store import RunRecord, RunStore
+from codelegate.daemon.driving import Driver
+from codelegate.daemon.store.queries import RunRecord
+from codelegate.daemon.store.store import RunStore
 from codelegate.policy.config import Config
 from codelegate.translator import RunContext, Translator
 from codelegate.translator.frames import encode_frame
@@ -417,10 +418,10 @@ async def test_a_flooding_run_lets_the_loop_run_between_full_reads() -> None:
             await asyncio.sleep(0)
 
     task = asyncio.ensure_future(other())
-    manager = RunManager.__new__(RunManager)  # _pump needs none of its state for a stopped run
+    driver = Driver.__new__(Driver)  # _pump needs none of its state for a stopped run
     # output after a stop is read and dropped (no interrupt is waiting for its result)
     run = SimpleNamespace(stopping="cancelled", interrupt=None)
-    await manager._pump(run, flood)  # type: ignore[arg-type]
+    await driver._pump(run, flood)  # type: ignore[arg-type]
     await task
     assert flood.done == 50
     assert len(set(seen_at)) > 25, seen_at  # it ran between the reads, not only before or after
