@@ -42,7 +42,7 @@ class Buffers:
     """Every run's unwritten frames and final status, and the batch being written."""
 
     def __init__(self, *, batch_frames: int, batch_bytes: int, max_frames: int, max_bytes: int):
-        self._batch_frames = batch_frames
+        self.batch_frames = batch_frames
         self._batch_bytes = batch_bytes
         self._max_frames = max_frames
         self._max_bytes = max_bytes
@@ -100,7 +100,7 @@ class Buffers:
         """The next batch: up to QUANTUM frames of each waiting run in turn, bounded in size."""
         frames: list[Frame] = []
         finishes: dict[str, Finish] = {}
-        budget, room = self._batch_frames, self._batch_bytes
+        budget, room = self.batch_frames, self._batch_bytes
         turn = self._turn
         while turn and len(frames) < budget and room > 0:
             run_id = turn.popleft()

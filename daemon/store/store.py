@@ -69,25 +69,16 @@ class RunStore:
         self,
         executor: ThreadPoolExecutor,
         conn: sqlite3.Connection,
-        *,
+        buffers: Buffers,
         flush_interval: float,
-        flush_frames: int,
-        flush_bytes: int,
-        max_frames: int,
-        max_bytes: int,
         on_error: Callable[[BaseException], None] | None,
     ) -> None:
         self._executor = executor
         self._conn = conn
+        self._buffers = buffers
+        self._flush_frames = buffers.batch_frames  # this many waiting: a batch is written now
         self._flush_interval = flush_interval
-        self._flush_frames = flush_frames
         self._on_error = on_error
-        self._buffers = Buffers(
-            batch_frames=flush_frames,
-            batch_bytes=flush_bytes,
-            max_frames=max_frames,
-            max_bytes=max_bytes,
-        )
         self._writer: asyncio.Task[None] | None = None
         self._urgent = False  # write until the buffers are empty (flush, finish, close)
         self._finish_waiters: dict[str, list[asyncio.Future[None]]] = {}
@@ -122,16 +113,13 @@ class RunStore:
         except (sqlite3.Error, OSError) as exc:
             executor.shutdown(wait=False)
             raise StoreError(f"cannot open the run store {path!r}: {exc}") from exc
-        return cls(
-            executor,
-            conn,
-            flush_interval=flush_interval,
-            flush_frames=flush_frames,
-            flush_bytes=flush_bytes,
+        buffers = Buffers(
+            batch_frames=flush_frames,
+            batch_bytes=flush_bytes,
             max_frames=max_frames,
             max_bytes=max_bytes,
-            on_error=on_error,
         )
+        return cls(executor, conn, buffers, flush_interval, on_error)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, *args)`` on the store thread (behind at most one batch)."""

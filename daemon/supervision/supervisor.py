@@ -109,6 +109,41 @@ class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
             await event.wait()
 
 
+async def _start(
+    argv: Sequence[str], *, cwd: str, env: Mapping[str, str], run_id: str, cgroup: bool
+) -> tuple[asyncio.subprocess.Process, asyncio.SubprocessTransport, _Protocol, RunCgroup | None]:
+    """The child process, in a session (and, with ``cgroup``, a cgroup) of its own."""
+    run_cgroup = RunCgroup.create(run_id) if cgroup else None
+    launch = list(argv)
+    if run_cgroup is not None:
+        # Through the shell wrapper a missing binary would only show as exit 127: check it
+        # here so that it stays a spawn failure.
+        if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+            run_cgroup.remove()
+            raise SpawnError(f"cannot start {argv[0]!r}: not an executable file")
+        launch = run_cgroup.wrap(argv)
+    loop = asyncio.get_running_loop()
+    with procs.spawning():
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(STDOUT_BUFFER, loop),
+                *launch,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=dict(env),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            if run_cgroup is not None:
+                run_cgroup.remove()
+            raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
+        procs.register_child(proc.pid)
+    return proc, transport, protocol, run_cgroup
+
+
 class ChildProcess:
     """A spawned CLI process of one run. Create with :meth:`spawn`."""
 
@@ -185,66 +220,11 @@ class ChildProcess:
                 " it was checked, or is gone)"
             ) from exc
         try:
-            return await cls._spawn(
-                argv,
-                cwd=_descriptor_path(cwd_fd, cwd),
-                env=env,
-                stdin=stdin,
-                run_id=run_id,
-                stderr_lines=stderr_lines,
-                eof_grace=eof_grace,
-                on_stderr_line=on_stderr_line,
-                cgroup=cgroup,
-                redactor=redactor,
-                keep_stdin=keep_stdin,
+            proc, transport, protocol, run_cgroup = await _start(
+                argv, cwd=_descriptor_path(cwd_fd, cwd), env=env, run_id=run_id, cgroup=cgroup
             )
         finally:
             os.close(cwd_fd)
-
-    @classmethod
-    async def _spawn(
-        cls,
-        argv: Sequence[str],
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        stdin: bytes,
-        run_id: str,
-        stderr_lines: int,
-        eof_grace: float,
-        on_stderr_line: Callable[[int], None] | None,
-        cgroup: bool,
-        redactor: Redactor,
-        keep_stdin: bool,
-    ) -> ChildProcess:
-        run_cgroup = RunCgroup.create(run_id) if cgroup else None
-        launch = list(argv)
-        if run_cgroup is not None:
-            # Through the shell wrapper a missing binary would only show as exit 127: check it
-            # here so that it stays a spawn failure.
-            if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
-                run_cgroup.remove()
-                raise SpawnError(f"cannot start {argv[0]!r}: not an executable file")
-            launch = run_cgroup.wrap(argv)
-        loop = asyncio.get_running_loop()
-        with procs.spawning():
-            try:
-                transport, protocol = await loop.subprocess_exec(
-                    lambda: _Protocol(STDOUT_BUFFER, loop),
-                    *launch,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    cwd=cwd,
-                    env=dict(env),
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                if run_cgroup is not None:
-                    run_cgroup.remove()
-                raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
-            proc = asyncio.subprocess.Process(transport, protocol, loop)
-            procs.register_child(proc.pid)
         child = cls(
             proc,
             transport,

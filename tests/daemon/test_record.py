@@ -35,26 +35,18 @@ def test_every_translator_bound_comes_from_the_config_unless_the_translator_fixe
 
 
 def test_the_translators_context_is_the_records_with_what_only_a_new_run_knows() -> None:
-    rec = RunRecord(
-        run_id="r1",
-        created_at=1000.0,
-        cwd="/srv/ws",
-        mode="auto",
-        session_id="s1",
-        resumed=True,
-        parent_tool_call_id="call_1",
-    )
-    assert run_context(rec, parent_session_id="p1", revision_base=3, sequence_base=4) == (
-        RunContext(
-            run_id="r1",
-            cwd="/srv/ws",
-            mode="auto",
-            parent_tool_call_id="call_1",
-            parent_session_id="p1",
-            session_id="s1",
-            resumed=True,
-            started_at=1000.0,
-            revision_base=3,
-            sequence_base=4,
-        )
-    )
+    rec = RunRecord(run_id="r1", created_at=1000.0, cwd="/srv/ws", mode="auto")
+    rec.session_id, rec.resumed, rec.parent_tool_call_id = "s1", True, "call_1"
+    ctx = run_context(rec, parent_session_id="p1", revision_base=3, sequence_base=4)
+    from_record = {
+        name: getattr(rec, name) for name in RunContext.__struct_fields__ if hasattr(rec, name)
+    }
+    extra = {
+        "started_at": 1000.0,
+        "parent_session_id": "p1",
+        "revision_base": 3,
+        "sequence_base": 4,
+    }
+    # Every field of the context is the record's or one only a new run knows: none is left out.
+    assert from_record.keys() | extra.keys() == set(RunContext.__struct_fields__)
+    assert msgspec.structs.asdict(ctx) == from_record | extra
