@@ -49,9 +49,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from codelegate.daemon.deliveries import Batch, Delivery, Item, frames
 from codelegate.daemon.fanout_keys import index_key, seq_of, stream_key
-from codelegate.daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames
+from codelegate.daemon.hub import Hub
 from codelegate.daemon.store.store import RunStore, StoreError
+from codelegate.daemon.subscriber import Subscriber
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.config import FanoutConfig, fanout_host_id, redacted_url
 
@@ -217,7 +219,7 @@ class Publisher:
 
     def write_batch(self, batch: Batch) -> bool:
         """Take one write-out's frames of a run."""
-        self._take(batch.deliveries)
+        self._take(batch.frames)
         return True
 
     def _take(self, deliveries: Iterable[Delivery]) -> None:
@@ -252,7 +254,7 @@ class Publisher:
 
     def start(self, hub: Hub) -> None:
         """Follow every run through ``hub`` and start the worker."""
-        hub.follow_all(self.subscriber, (), 0)
+        hub.join_all(self.subscriber, (), 0)
         self._task = spawn(self._work(), name="fanout")
 
     async def settled(self) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from codelegate.daemon.hub import Delivery
+from codelegate.daemon.runlog import RunLog
 from codelegate.daemon.store.store import RunRecord
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.config import Config
@@ -43,7 +43,7 @@ class Run:
     created_at: float
     translator: Translator
     plan: LaunchPlan
-    log: list[Delivery] = field(default_factory=list)
+    log: RunLog  # its frames in memory
     status: str = "running"
     result: FinalResult | None = None
     finished_at: float | None = None
@@ -62,7 +62,7 @@ class Run:
     @property
     def last_seq(self) -> int:
         """The seq of the last frame published."""
-        return self.log[-1].seq if self.log else 0
+        return self.log.last_seq
 
     def state(self) -> dict[str, Any]:
         """The JSON body of ``GET /v1/runs/{id}``."""

@@ -215,7 +215,6 @@ def test_the_circle_finder_finds_a_circle() -> None:
 BEING_SPLIT = frozenset(
     {
         "codelegate.daemon.fanout",
-        "codelegate.daemon.hub",
         "codelegate.daemon.runs",
         "codelegate.daemon.store.store",
         "codelegate.daemon.supervision.supervisor",

@@ -19,7 +19,7 @@ from aiohttp import web
 
 import codelegate
 from codelegate.daemon import logs
-from codelegate.daemon.hub import CLOSE_GOING_AWAY, Hub
+from codelegate.daemon.hub import Hub
 from codelegate.daemon.metrics import Metrics, render_fanout
 from codelegate.daemon.record import Refused
 from codelegate.daemon.runs import RunManager
@@ -35,6 +35,7 @@ from codelegate.daemon.serving.state import (
 )
 from codelegate.daemon.serving.streams import run_events, websocket
 from codelegate.daemon.store.store import RunStore, StoreError
+from codelegate.daemon.subscriber import CLOSE_GOING_AWAY
 from codelegate.daemon.supervision.supervisor import reap_orphans_forever
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.config import Config

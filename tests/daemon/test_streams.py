@@ -9,8 +9,10 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from codelegate.daemon.hub import Delivery, Hub, Subscriber
+from codelegate.daemon.deliveries import Delivery
+from codelegate.daemon.hub import Hub
 from codelegate.daemon.serving.streams import _ws_writer, _WsSink
+from codelegate.daemon.subscriber import Subscriber
 
 RUN = "r1"
 
@@ -22,7 +24,7 @@ def _frame(seq: int, size: int = 10) -> Delivery:
 async def _serve(compress: bool, hub: Hub, sinks: list[bool]) -> TestClient[Any, Any]:
     async def handler(request: web.Request) -> web.WebSocketResponse:
         sub = Subscriber(max_queue=10_000)
-        hub.subscribe(sub, RUN, [_frame(1), _frame(2)])  # a replay, before the handshake
+        hub.join(sub, RUN, [_frame(1), _frame(2)])  # a replay, before the handshake
         ws = web.WebSocketResponse(compress=compress)
         await ws.prepare(request)
         sinks.append(_WsSink.of(ws) is not None)
