@@ -101,10 +101,9 @@ class Publisher:
         self._client = client
         self._store = store
         self.prefix = prefix
-        self.host_id = host_id
         self._maxlen_runs = maxlen_runs
         self._max_backlog = BACKLOG_MAX if max_backlog is None else max_backlog
-        self._index = FleetIndex(prefix, host_id, maxlen_runs)
+        self._index = FleetIndex(prefix, host_id, maxlen_runs)  # the host_id's owner
         self.stats = FanoutStats()
         self.connected = False
         # The hub's view of us: a follower of every run whose sink takes everything at once.

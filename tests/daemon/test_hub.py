@@ -46,6 +46,15 @@ class FakeRun:
         self.hub.join(sub, self.run_id, self.log.after(after), after)
 
 
+async def published(n: int) -> FakeRun:
+    """A run of a new hub that has published ``n`` frames, written out."""
+    run = FakeRun(Hub())
+    for _ in range(n):
+        run.emit()
+    await asyncio.sleep(0)
+    return run
+
+
 async def drain(sub: Subscriber, until_seq: int) -> list[int]:
     seqs: list[int] = []
     while not seqs or seqs[-1] < until_seq:
@@ -358,14 +367,10 @@ async def test_a_new_subscriber_gets_gathered_frames_once_from_its_snapshot(
 
 
 async def test_a_repeated_subscribe_replaces_what_is_still_queued_for_the_run() -> None:
-    hub = Hub()
-    run = FakeRun(hub)
-    for _ in range(300):
-        run.emit()
-    await asyncio.sleep(0)
+    run = await published(300)
     sub = Subscriber(max_queue=1024)
     for _ in range(50):  # a client that never reads, repeating subscribe
-        hub.leave(sub, run.run_id)
+        run.hub.leave(sub, run.run_id)
         run.subscribe(sub, 0)
     run.emit()  # and a live frame after the last subscribe
     await asyncio.sleep(0)
@@ -373,11 +378,7 @@ async def test_a_repeated_subscribe_replaces_what_is_still_queued_for_the_run() 
 
 
 async def test_writers_take_a_replay_a_page_at_a_time() -> None:
-    hub = Hub()
-    run = FakeRun(hub)
-    for _ in range(1000):
-        run.emit()
-    await asyncio.sleep(0)
+    run = await published(1000)
     sub = Subscriber(max_queue=1024)
     run.subscribe(sub, 0)
     pages = []
