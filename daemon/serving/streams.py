@@ -21,9 +21,9 @@ from aiohttp import WSMsgType, web
 from aiohttp.base_protocol import BaseProtocol
 
 from codelegate.daemon.deliveries import Batch, Item
+from codelegate.daemon.runs import RunManager
 from codelegate.daemon.serving.state import CONFIG, METRICS, STATE, int_query, manager_of
 from codelegate.daemon.subscriber import Subscriber
-from codelegate.daemon.subscriptions import Subscriptions
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.errors import PolicyError
 
@@ -86,7 +86,8 @@ def _control_error(code: str, message: str) -> bytes:
 
 async def websocket(request: web.Request) -> web.StreamResponse:
     """``GET /v1/ws?run=<id|*>&after=``: frames over WebSocket; subscribe/unsubscribe messages."""
-    door = manager_of(request.app).subscriptions
+    manager = manager_of(request.app)
+    door = manager.subscriptions  # the one door to runs' frames
     state = request.app[STATE]
     config = request.app[CONFIG]
     if state.stopping:
@@ -115,7 +116,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     sub.on_close = lambda: None if closed.done() else closed.set_result(None)
     writer = spawn(_ws_writer(ws, sub), name="ws-writer")
-    reader = spawn(_ws_reader(ws, door, sub), name="ws-reader")
+    reader = spawn(_ws_reader(ws, manager, sub), name="ws-reader")
     try:
         await asyncio.wait({reader, closed}, return_when=asyncio.FIRST_COMPLETED)
         if not reader.done() and sub.close_code not in (None, 1000):
@@ -141,21 +142,22 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def _ws_reader(ws: web.WebSocketResponse, door: Subscriptions, sub: Subscriber) -> None:
+async def _ws_reader(ws: web.WebSocketResponse, manager: RunManager, sub: Subscriber) -> None:
     """The client's messages: subscribe / unsubscribe."""
     async for msg in ws:
         if msg.type == WSMsgType.TEXT:
-            await _ws_control(door, sub, msg.data)
+            await _ws_control(manager, sub, msg.data)
         elif msg.type == WSMsgType.BINARY:
             sub.control(_control_error("bad_message", "send JSON text messages"))
 
 
-async def _ws_control(door: Subscriptions, sub: Subscriber, data: str) -> None:
+async def _ws_control(manager: RunManager, sub: Subscriber, data: str) -> None:
     try:
         message = _control_decoder.decode(data)
     except msgspec.DecodeError as exc:
         sub.control(_control_error("bad_message", str(exc)[:200]))
         return
+    door = manager.subscriptions
     if isinstance(message, _Unsubscribe):
         door.unsubscribe(sub, message.run)
         return
