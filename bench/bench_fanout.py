@@ -96,8 +96,10 @@ class _NoStore:
 
 async def alone(server: RedisServer, frames: list[bytes]) -> tuple[float, float]:
     """(frames/s, CPU us per frame) of a Publisher in this process."""
-    from codelegate.daemon.fanout import Publisher, connect
-    from codelegate.daemon.hub import Batch, Delivery, Hub
+    from codelegate.daemon.deliveries import Batch, Delivery
+    from codelegate.daemon.fanout import Publisher
+    from codelegate.daemon.fanout_redis import connect
+    from codelegate.daemon.hub import Hub
     from codelegate.policy.config import FanoutConfig
 
     fanout = FanoutConfig(redis_url=server.url, stream_prefix=PREFIX)

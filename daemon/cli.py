@@ -263,7 +263,7 @@ def version_note(reported: str | None) -> str:
 
 def _doctor_fanout(fanout: FanoutConfig, out: list[str]) -> list[str]:
     """``[fanout]``: where frames go, and whether that Redis answers."""
-    from codelegate.daemon.fanout import probe  # redis-py only when [fanout] is configured
+    from codelegate.daemon.fanout_redis import probe  # redis-py only when [fanout] is configured
     from codelegate.policy.config import fanout_host_id, redacted_url
 
     host_id = fanout_host_id(fanout, socket.gethostname())

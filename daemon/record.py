@@ -8,7 +8,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from codelegate.daemon.hub import Delivery
+from codelegate.daemon.runlog import RunLog
 from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.config import Config
@@ -31,7 +31,7 @@ class Run:
     record: RunRecord
     translator: Translator
     plan: LaunchPlan
-    log: list[Delivery] = field(default_factory=list)
+    log: RunLog  # its frames in memory
     stopping: Stopping | None = None
     child: ChildProcess | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)

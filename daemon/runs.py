@@ -16,18 +16,21 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 import structlog
 
+from codelegate.daemon.deliveries import Delivery
 from codelegate.daemon.driving import Driver
-from codelegate.daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
+from codelegate.daemon.hub import Hub
 from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.record import Run, Stopping, finish_record, run_context, translator_limits
 from codelegate.daemon.recovery import recover_runs
+from codelegate.daemon.runlog import RunLog
 from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.store.store import RunStore, StoreError
+from codelegate.daemon.subscriptions import Subscriptions
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.codes import SESSION_BUSY, TOO_MANY_RUNS
 from codelegate.policy.config import Config
@@ -78,6 +81,8 @@ class RunManager:
         self._recent: OrderedDict[str, Run] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self._driver = Driver(config, self._limits.line_bytes, self._emit, self._tasks)
+        # The door clients follow runs through (the runs' logs, the hub, the store).
+        self.subscriptions = Subscriptions(hub, store, find=self.get, live=self._active.values)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -102,54 +107,6 @@ class RunManager:
             run = self.get(rec.run_id)
             states[rec.run_id] = run.record if run is not None else rec
         return sorted(states.values(), key=lambda rec: -rec.created_at)[:limit]
-
-    async def subscribe(
-        self, sub: Subscriber, run_id: str, after: int
-    ) -> Literal["unknown", "live", "finished"]:
-        """Queue the frames of ``run_id`` after ``after`` and, if it is live, follow it.
-
-        Replaces whatever ``sub`` still had queued for the run (a repeated subscribe does not
-        stack replays); frames not in memory are read from the store page by page as the
-        client drains (see ``daemon/hub.py``).
-        """
-        run = self.get(run_id)
-        if run is not None:
-            stored = None
-            if run.log and run.log[0].seq > after + 1:
-                # The start of a long run's log was trimmed from memory: the store answers for
-                # it (also for frames not written yet), up to where the log begins.
-                stored = Replay(run_id, self._stored_pages(run_id), after, run.log[0].seq - 1)
-            snapshot = [d for d in run.log if d.seq > after]
-            if run.done.is_set() or (run.log and run.log[-1].last):
-                # run_result is out (the store may still be catching up): nothing live follows.
-                sub.forget(run_id)
-                sub.replay(snapshot, stored=stored)
-                return "finished"
-            # No await between reading the log and registering: no gap, no duplicate.
-            self._hub.subscribe(sub, run_id, snapshot, after, stored=stored)
-            return "live"
-        rec = await self._store.get_run(run_id)
-        if rec is None:
-            return "unknown"
-        # Not in memory means finished and flushed: the store holds every frame it keeps.
-        sub.forget(run_id)
-        sub.replay((), stored=Replay(run_id, self._stored_pages(run_id), after))
-        return "finished"
-
-    def _stored_pages(self, run_id: str) -> Fetch:
-        """Pages of ``run_id``'s stored frames, for a :class:`Replay`."""
-        store = self._store
-
-        async def fetch(after: int, limit: int) -> list[Delivery]:
-            rows = await store.frames_page(run_id, after, limit)
-            return [Delivery(run_id, seq, data) for seq, data in rows]
-
-        return fetch
-
-    def follow_all(self, sub: Subscriber, after: int) -> None:
-        """Follow every run, new ones too, after replaying the live runs' frames after ``after``."""
-        snapshot = [d for run in self._active.values() for d in run.log if d.seq > after]
-        self._hub.follow_all(sub, snapshot, after)
 
     # -- starting --------------------------------------------------------------------------
 
@@ -215,6 +172,7 @@ class RunManager:
             # in frames, in the stderr tail and in what the run logs.
             translator=Translator(ctx, self._limits, Redactor(plan.secrets)),
             plan=plan,
+            log=RunLog(run_id, self._hub, self._keep_frames),
         )
         # From here on nothing awaits: a caller that hangs up cannot leave a half-started run.
         self._active[run_id] = run
@@ -297,13 +255,9 @@ class RunManager:
             self._metrics.frames[str(kind)] += 1
             if isinstance(frame, Diagnostic):
                 self._metrics.diagnostics[frame.code] += frame.count
-        run.log.extend(batch)
+        run.log.publish(batch)  # memory bounded there; older frames replay from the store
         if batch:
             run.record.last_seq = batch[-1].seq
-        if len(run.log) > self._keep_frames + self._keep_frames // 4:
-            # Bound memory per run; older frames are replayed from the store (see subscribe).
-            del run.log[: len(run.log) - self._keep_frames]
-        self._hub.publish_batch(run.run_id, batch)
         if capped:
             # Said once, when the first frame is not stored; the translator keeps the count and
             # sends the total with its closing frames.

@@ -19,7 +19,7 @@ from aiohttp import web
 
 import codelegate
 from codelegate.daemon import logs
-from codelegate.daemon.hub import CLOSE_GOING_AWAY, Hub
+from codelegate.daemon.hub import Hub
 from codelegate.daemon.metrics import Metrics, render_fanout
 from codelegate.daemon.runs import RunManager
 from codelegate.daemon.serving.access import check_access
@@ -34,6 +34,7 @@ from codelegate.daemon.serving.state import (
 )
 from codelegate.daemon.serving.streams import run_events, websocket
 from codelegate.daemon.store.store import RunStore, StoreError
+from codelegate.daemon.subscriber import CLOSE_GOING_AWAY
 from codelegate.daemon.supervision.procs import reap_orphans_forever
 from codelegate.daemon.supervision.version import cli_version
 from codelegate.daemon.tasks import spawn

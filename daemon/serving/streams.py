@@ -20,9 +20,10 @@ import msgspec
 from aiohttp import WSMsgType, web
 from aiohttp.base_protocol import BaseProtocol
 
-from codelegate.daemon.hub import Batch, Delivery, Hub, Item, Subscriber, frames, ws_text_frame
+from codelegate.daemon.deliveries import Batch, Item
 from codelegate.daemon.runs import RunManager
-from codelegate.daemon.serving.state import CONFIG, HUB, METRICS, STATE, int_query, manager_of
+from codelegate.daemon.serving.state import CONFIG, METRICS, STATE, int_query, manager_of
+from codelegate.daemon.subscriber import Subscriber
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.codes import RUN_NOT_FOUND, SHUTTING_DOWN
 from codelegate.policy.errors import PolicyError
@@ -34,15 +35,14 @@ _WS_CLOSE_TIMEOUT: Final = 60.0
 
 async def run_events(request: web.Request) -> web.StreamResponse:
     """``GET /v1/runs/{id}/events?after=``: NDJSON replay, then live, ending after run_result."""
-    manager = manager_of(request.app)
+    door = manager_of(request.app).subscriptions
     config = request.app[CONFIG]
     run_id = request.match_info["run_id"]
     after = int_query(request, "after", 0, 0, 2**53)
     sub = Subscriber(max_queue=config.limits.subscriber_queue, name=f"ndjson:{run_id}")
-    hub = request.app[HUB]
-    hub.attach(sub)
+    door.attach(sub)
     try:
-        kind = await manager.subscribe(sub, run_id, after)
+        kind = await door.subscribe(sub, run_id, after)
         if kind == "unknown":
             raise PolicyError(RUN_NOT_FOUND, "no run with that id")
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
@@ -52,15 +52,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
             await response.write_eof()
         return response
     finally:
-        hub.detach(sub)
-
-
-def _ndjson(item: Item) -> bytes:
-    if isinstance(item, Batch):
-        return item.ndjson  # built once for every NDJSON client of the run
-    if isinstance(item, Delivery):
-        return item.data + b"\n"
-    return b""  # our WebSocket control messages have no NDJSON form
+        door.detach(sub)
 
 
 async def _stream_ndjson(response: web.StreamResponse, sub: Subscriber, *, finished: bool) -> None:
@@ -71,9 +63,9 @@ async def _stream_ndjson(response: web.StreamResponse, sub: Subscriber, *, finis
         if sub.closed:
             # Lagging or shutting down. The stream just ends; the client resumes with after=.
             return
-        if items:
-            await response.write(b"".join([_ndjson(item) for item in items]))
-        if any(not isinstance(item, bytes) and item.last for item in items):
+        if items:  # a batch's bytes are built once for every NDJSON client of the run
+            await response.write(b"".join([item.ndjson for item in items]))
+        if any(item.last for item in items):
             return
 
 
@@ -96,20 +88,21 @@ def _control_error(code: str, message: str) -> bytes:
 async def websocket(request: web.Request) -> web.StreamResponse:
     """``GET /v1/ws?run=<id|*>&after=``: frames over WebSocket; subscribe/unsubscribe messages."""
     manager = manager_of(request.app)
-    hub, state = request.app[HUB], request.app[STATE]
+    door = manager.subscriptions  # the one door to runs' frames
+    state = request.app[STATE]
     config = request.app[CONFIG]
     if state.stopping:
         raise PolicyError(SHUTTING_DOWN, "the daemon is shutting down")
     after = int_query(request, "after", 0, 0, 2**53)
     sub = Subscriber(max_queue=config.limits.subscriber_queue, name="ws")
-    hub.attach(sub)
+    door.attach(sub)
     try:
         # Subscribe before the handshake answers: a client that connects and then starts a run
         # cannot miss its first frames, and an unknown run is still a plain 404.
         run_id = request.query.get("run")
         if run_id == "*":
-            manager.follow_all(sub, after)
-        elif run_id and await manager.subscribe(sub, run_id, after) == "unknown":
+            door.follow_all(sub, after)
+        elif run_id and await door.subscribe(sub, run_id, after) == "unknown":
             raise PolicyError(RUN_NOT_FOUND, "no run with that id")
         # No permessage-deflate: every client gets the very same frame bytes (see _WsSink).
         ws = web.WebSocketResponse(
@@ -117,13 +110,13 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         )
         await ws.prepare(request)
     except BaseException:
-        hub.detach(sub)
+        door.detach(sub)
         raise
     request.app[METRICS].ws_connections += 1
     closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     sub.on_close = lambda: None if closed.done() else closed.set_result(None)
     writer = spawn(_ws_writer(ws, sub), name="ws-writer")
-    reader = spawn(_ws_reader(ws, manager, hub, sub), name="ws-reader")
+    reader = spawn(_ws_reader(ws, manager, sub), name="ws-reader")
     try:
         await asyncio.wait({reader, closed}, return_when=asyncio.FIRST_COMPLETED)
         if not reader.done() and sub.close_code not in (None, 1000):
@@ -139,7 +132,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
                 )
     finally:
         reader.cancel()
-        hub.detach(sub)
+        door.detach(sub)
         if not sub.closed:
             sub.close(1000, "")
         writer.cancel()
@@ -148,46 +141,34 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def _ws_reader(
-    ws: web.WebSocketResponse, manager: RunManager, hub: Hub, sub: Subscriber
-) -> None:
+async def _ws_reader(ws: web.WebSocketResponse, manager: RunManager, sub: Subscriber) -> None:
     """The client's messages: subscribe / unsubscribe."""
     async for msg in ws:
         if msg.type == WSMsgType.TEXT:
-            await _ws_control(manager, hub, sub, msg.data)
+            await _ws_control(manager, sub, msg.data)
         elif msg.type == WSMsgType.BINARY:
             sub.control(_control_error("bad_message", "send JSON text messages"))
 
 
-async def _ws_control(manager: RunManager, hub: Hub, sub: Subscriber, data: str) -> None:
+async def _ws_control(manager: RunManager, sub: Subscriber, data: str) -> None:
     try:
         message = _control_decoder.decode(data)
     except msgspec.DecodeError as exc:
         sub.control(_control_error("bad_message", str(exc)[:200]))
         return
+    door = manager.subscriptions
     if isinstance(message, _Unsubscribe):
-        hub.unsubscribe(sub, message.run)
+        door.unsubscribe(sub, message.run)
         return
     if message.after < 0:
         sub.control(_control_error("bad_message", "after must be >= 0"))
         return
     if message.run == "*":
-        hub.unsubscribe(sub, "*")
-        manager.follow_all(sub, message.after)
-    else:
-        hub.unsubscribe(sub, message.run)
-        if await manager.subscribe(sub, message.run, message.after) == "unknown":
-            sub.control(_control_error("run_not_found", "no run with that id"))
-            return
+        door.follow_all(sub, message.after)
+    elif await door.subscribe(sub, message.run, message.after) == "unknown":
+        sub.control(_control_error("run_not_found", "no run with that id"))
+        return
     sub.control(msgspec.json.encode({"type": "subscribed", "run": message.run}))
-
-
-def _ws_bytes(item: Item) -> bytes:
-    if isinstance(item, Batch):
-        return item.ws  # built once for every WebSocket client of the run
-    if isinstance(item, Delivery):
-        return ws_text_frame(item.data)
-    return ws_text_frame(item)
 
 
 class _WsSink:
@@ -234,12 +215,11 @@ class _WsSink:
         return self._ws.closed or self._transport.is_closing()
 
     def write(self, items: list[Item]) -> None:
+        # A batch's bytes are built once, for every WebSocket client of the run.
         if len(items) == 1:
-            item = items[0]
-            data = item.ws if isinstance(item, Batch) else _ws_bytes(item)
+            self._transport.write(items[0].ws)
         else:
-            data = b"".join([_ws_bytes(item) for item in items])
-        self._transport.write(data)
+            self._transport.write(b"".join([item.ws for item in items]))
 
     async def drain(self) -> bool:
         """Wait until the client has read enough; False when the connection is going."""
@@ -294,9 +274,6 @@ async def _ws_writer_fallback(ws: web.WebSocketResponse, sub: Subscriber) -> Non
             if sub.closed:
                 return
             for item in items:
-                if isinstance(item, bytes):
-                    await ws.send_frame(item, WSMsgType.TEXT)
-                    continue
-                for delivery in frames([item]):
-                    await ws.send_frame(delivery.data, WSMsgType.TEXT)
+                for payload in item.payloads:
+                    await ws.send_frame(payload, WSMsgType.TEXT)
                 sub.sent(item)

@@ -9,37 +9,50 @@ import random
 import pytest
 
 from codelegate.daemon import hub as hub_module
-from codelegate.daemon.hub import (
+from codelegate.daemon.deliveries import (
+    REPLAY_PAGE,
+    Batch,
+    Control,
+    Delivery,
+    Item,
+    Replay,
+    frames,
+)
+from codelegate.daemon.hub import WINDOW_MIN_SUBSCRIBERS, Hub
+from codelegate.daemon.runlog import RunLog
+from codelegate.daemon.subscriber import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_LAGGING,
-    WINDOW_MIN_SUBSCRIBERS,
-    Batch,
-    Delivery,
-    Hub,
-    Item,
     Subscriber,
-    frames,
-    ws_text_frame,
 )
+from codelegate.daemon.wsframe import text_frame
 
 
 class FakeRun:
-    """A run's side of the contract: append to the log and publish in one synchronous step."""
+    """A run's side of the contract, through its real log: frames one at a time, and a
+    subscribe that reads the log and joins the hub in one step (as the daemon's door does)."""
 
-    def __init__(self, hub: Hub, run_id: str = "r1") -> None:
+    def __init__(self, hub: Hub, run_id: str = "r1", keep: int = 1 << 30) -> None:
         self.hub = hub
         self.run_id = run_id
-        self.log: list[Delivery] = []
+        self.log = RunLog(run_id, hub, keep)
 
     def emit(self, *, last: bool = False) -> None:
-        seq = len(self.log) + 1
-        data = b'{"seq":%d}' % seq
-        self.log.append(Delivery(self.run_id, seq, data, last))
-        self.hub.publish(self.run_id, seq, data, last=last)
+        seq = self.log.last_seq + 1
+        self.log.publish([Delivery(self.run_id, seq, b'{"seq":%d}' % seq, last)])
 
     def subscribe(self, sub: Subscriber, after: int) -> None:
-        self.hub.subscribe(sub, self.run_id, [d for d in self.log if d.seq > after])
+        self.hub.join(sub, self.run_id, self.log.after(after), after)
+
+
+async def published(n: int) -> FakeRun:
+    """A run of a new hub that has published ``n`` frames, written out."""
+    run = FakeRun(Hub())
+    for _ in range(n):
+        run.emit()
+    await asyncio.sleep(0)
+    return run
 
 
 async def drain(sub: Subscriber, until_seq: int) -> list[int]:
@@ -128,13 +141,13 @@ async def test_follow_all_sees_new_runs_once_even_if_also_subscribed() -> None:
     hub = Hub()
     a, b = FakeRun(hub, "a"), FakeRun(hub, "b")
     sub = Subscriber(max_queue=100)
-    hub.follow_all(sub, [])
+    hub.join_all(sub, [])
     a.subscribe(sub, 0)
     a.emit()
     b.emit()
     items = await sub.get()
     assert [(d.run_id, d.seq) for d in frames(items)] == [("a", 1), ("b", 1)]
-    hub.unsubscribe(sub, "*")
+    hub.leave(sub, "*")
     b.emit()
     a.emit()
     items = await sub.get()
@@ -169,11 +182,11 @@ async def test_replay_and_control_messages_do_not_count_against_the_bound() -> N
 
 
 def test_text_frame_headers_follow_rfc6455_lengths() -> None:
-    assert ws_text_frame(b"") == b"\x81\x00"
-    assert ws_text_frame(b"x" * 125)[:2] == b"\x81\x7d"
-    assert ws_text_frame(b"x" * 126)[:4] == b"\x81\x7e\x00\x7e"
-    assert ws_text_frame(b"x" * 65535)[:4] == b"\x81\x7e\xff\xff"
-    big = ws_text_frame(b"x" * 65536)
+    assert text_frame(b"") == b"\x81\x00"
+    assert text_frame(b"x" * 125)[:2] == b"\x81\x7d"
+    assert text_frame(b"x" * 126)[:4] == b"\x81\x7e\x00\x7e"
+    assert text_frame(b"x" * 65535)[:4] == b"\x81\x7e\xff\xff"
+    big = text_frame(b"x" * 65536)
     assert big[:10] == b"\x81\x7f" + (65536).to_bytes(8, "big")
     assert len(big) == 10 + 65536
 
@@ -181,8 +194,8 @@ def test_text_frame_headers_follow_rfc6455_lengths() -> None:
 async def test_a_batch_is_one_shared_item_encoded_once() -> None:
     hub = Hub()
     a, b = Subscriber(max_queue=16), Subscriber(max_queue=16)
-    hub.subscribe(a, "r1", [])
-    hub.subscribe(b, "r1", [])
+    hub.join(a, "r1", [])
+    hub.join(b, "r1", [])
     hub.publish_batch("r1", [Delivery("r1", 1, b"one")])
     hub.publish_batch("r1", [Delivery("r1", 2, b"two", last=True)])
     assert a.take() == []  # gathered until the write-out
@@ -193,7 +206,7 @@ async def test_a_batch_is_one_shared_item_encoded_once() -> None:
     assert isinstance(item_a, Batch)
     assert isinstance(item_b, Batch)
     assert item_a.ws is item_b.ws  # built once, for both
-    assert item_a.ws == ws_text_frame(b"one") + ws_text_frame(b"two")
+    assert item_a.ws == text_frame(b"one") + text_frame(b"two")
     assert item_a.ndjson == b"one\ntwo\n"
     assert item_a.last
     assert hub.stats.frames_queued == 4
@@ -202,7 +215,7 @@ async def test_a_batch_is_one_shared_item_encoded_once() -> None:
 async def test_a_batch_straddling_the_floor_is_cut_for_that_subscriber() -> None:
     hub = Hub()
     sub = Subscriber(max_queue=16)
-    hub.subscribe(sub, "r1", [], after=5)
+    hub.join(sub, "r1", [], after=5)
     hub.publish_batch("r1", [Delivery("r1", s, b"%d" % s) for s in (1, 2, 3)])
     hub.publish_batch("r1", [Delivery("r1", s, b"%d" % s) for s in (4, 5)])
     hub.hand_out()
@@ -235,13 +248,20 @@ class FakeSink:
         return self.open
 
 
+def _with_sink(
+    run: FakeRun, max_queue: int, sink: FakeSink | None = None
+) -> tuple[Subscriber, FakeSink]:
+    """A client of ``run`` whose connection the hub may write directly, and its sink."""
+    sub = Subscriber(max_queue=max_queue)
+    sub.sink = sink = sink or FakeSink()
+    run.subscribe(sub, 0)
+    return sub, sink
+
+
 async def test_a_ready_sink_gets_everything_of_a_tick_in_one_write() -> None:
     hub = Hub()
     run = FakeRun(hub)
-    sub = Subscriber(max_queue=16)
-    sink = FakeSink()
-    sub.sink = sink
-    run.subscribe(sub, 0)
+    sub, sink = _with_sink(run, 16)
     for _ in range(3):
         run.emit()
     assert sink.writes == []  # written at the end of the tick, not per publish
@@ -257,10 +277,7 @@ async def test_a_ready_sink_gets_everything_of_a_tick_in_one_write() -> None:
 async def test_a_paused_sink_leaves_frames_to_the_writer_and_then_lags() -> None:
     hub = Hub()
     run = FakeRun(hub)
-    sub = Subscriber(max_queue=8)
-    sink = FakeSink()
-    sub.sink = sink
-    run.subscribe(sub, 0)
+    sub, sink = _with_sink(run, 8)
     run.emit()
     await asyncio.sleep(0)
     sink.open = False  # the client stopped reading: its transport is paused
@@ -286,11 +303,8 @@ class BrokenSink(FakeSink):
 async def test_a_sink_that_fails_closes_its_subscriber_only() -> None:
     hub = Hub()
     run = FakeRun(hub)
-    broken, fine = Subscriber(max_queue=16), Subscriber(max_queue=16)
-    broken.sink = BrokenSink()
-    fine.sink = sink = FakeSink()
-    run.subscribe(broken, 0)
-    run.subscribe(fine, 0)
+    broken, _ = _with_sink(run, 16, BrokenSink())
+    _, sink = _with_sink(run, 16)
     run.emit()
     await asyncio.sleep(0)
     assert broken.closed
@@ -310,12 +324,7 @@ async def _crowd_written_once(
     monkeypatch.setattr(hub_module, "WINDOW_MAX", cap)
     hub = Hub()
     run = FakeRun(hub)
-    sinks = []
-    for _ in range(WINDOW_MIN_SUBSCRIBERS):
-        sub = Subscriber(max_queue=64)
-        sub.sink = sink = FakeSink()
-        run.subscribe(sub, 0)
-        sinks.append(sink)
+    sinks = [_with_sink(run, 64)[1] for _ in range(WINDOW_MIN_SUBSCRIBERS)]
     run.emit()
     await asyncio.sleep(0)  # the first write-out comes at the end of the tick
     assert all(sink.writes == [[1]] for sink in sinks)
@@ -358,14 +367,10 @@ async def test_a_new_subscriber_gets_gathered_frames_once_from_its_snapshot(
 
 
 async def test_a_repeated_subscribe_replaces_what_is_still_queued_for_the_run() -> None:
-    hub = Hub()
-    run = FakeRun(hub)
-    for _ in range(300):
-        run.emit()
-    await asyncio.sleep(0)
+    run = await published(300)
     sub = Subscriber(max_queue=1024)
     for _ in range(50):  # a client that never reads, repeating subscribe
-        hub.unsubscribe(sub, run.run_id)
+        run.hub.leave(sub, run.run_id)
         run.subscribe(sub, 0)
     run.emit()  # and a live frame after the last subscribe
     await asyncio.sleep(0)
@@ -373,19 +378,13 @@ async def test_a_repeated_subscribe_replaces_what_is_still_queued_for_the_run() 
 
 
 async def test_writers_take_a_replay_a_page_at_a_time() -> None:
-    hub = Hub()
-    run = FakeRun(hub)
-    for _ in range(1000):
-        run.emit()
-    await asyncio.sleep(0)
+    run = await published(1000)
     sub = Subscriber(max_queue=1024)
     run.subscribe(sub, 0)
     pages = []
     while not sub.idle:
         pages.append([d.seq for d in frames(await sub.get(sub.page))])
-    assert [len(p) for p in pages] == [hub_module.REPLAY_PAGE] * 3 + [
-        1000 - 3 * hub_module.REPLAY_PAGE
-    ]
+    assert [len(p) for p in pages] == [REPLAY_PAGE] * 3 + [1000 - 3 * REPLAY_PAGE]
     assert [s for p in pages for s in p] == list(range(1, 1001))
     assert sub._replayed == 0  # live batches go the fast way again
 
@@ -405,7 +404,7 @@ async def test_a_stored_replay_is_read_a_page_at_a_time_as_the_writer_asks() -> 
     hub = Hub()
     sub = Subscriber(max_queue=100)  # the page follows the live bound
     live = [Delivery("r1", s, b"%d" % s) for s in (701, 702)]
-    hub.subscribe(sub, "r1", live, 0, stored=hub_module.Replay("r1", fetch, 0, upto=700))
+    hub.join(sub, "r1", live, 0, stored=Replay("r1", fetch, 0, upto=700))
     assert fetches == []  # nothing is read before a writer asks
     first = await sub.get(sub.page)
     assert [d.seq for d in frames(first)] == list(range(1, 101))
@@ -418,13 +417,13 @@ async def test_a_stored_replay_is_read_a_page_at_a_time_as_the_writer_asks() -> 
     assert sub.replay_pages == 7
     # A newer subscribe while a page is being read: the old replay's page is dropped.
     sub2 = Subscriber(max_queue=100)
-    hub.subscribe(sub2, "r1", [], 0, stored=hub_module.Replay("r1", fetch, 0))
+    hub.join(sub2, "r1", [], 0, stored=Replay("r1", fetch, 0))
     gate.clear()
     reading = asyncio.ensure_future(sub2.get(sub2.page))
     await asyncio.sleep(0)
     assert fetches[-1] == (0, 100)  # being read
-    hub.unsubscribe(sub2, "r1")
-    hub.subscribe(sub2, "r1", [], 990, stored=hub_module.Replay("r1", fetch, 990))
+    hub.leave(sub2, "r1")
+    hub.join(sub2, "r1", [], 990, stored=Replay("r1", fetch, 990))
     gate.set()
     assert await reading == []
     assert [d.seq for d in frames(await sub2.get(sub2.page))] == list(range(991, 1001))
@@ -442,3 +441,33 @@ async def test_a_client_sending_messages_without_reading_the_answers_is_closed_a
         sub.control(b'{"type":"subscribed"}')
     assert sub.closed
     assert sub.close_code == CLOSE_LAGGING
+
+
+async def test_a_run_log_trims_to_its_bound_and_answers_after_a_seq() -> None:
+    hub = Hub()
+    log = RunLog("r1", hub, keep=8)
+    assert (log.first_seq, log.last_seq, log.ended) == (0, 0, False)
+    log.publish([Delivery("r1", s, b"%d" % s) for s in range(1, 11)])
+    assert len(log) == 10  # within the quarter beyond keep: not trimmed yet
+    log.publish([Delivery("r1", 11, b"11", last=True)])
+    assert (len(log), log.first_seq, log.last_seq) == (8, 4, 11)
+    assert log.ended
+    assert [d.seq for d in log.after(9)] == [10, 11]
+    assert log.trimmed_after(2)  # frame 3 is the store's now
+    assert not log.trimmed_after(3)
+    assert hub.stats.frames_published == 11  # every frame published, trimmed or not
+
+
+def test_each_item_knows_its_wire_bytes() -> None:
+    d = Delivery("r1", 1, b'{"a":1}')
+    batch = Batch("r1", [d, Delivery("r1", 2, b"[]")])
+    control = Control(b'{"type":"subscribed"}')
+    assert (d.ws, d.ndjson) == (text_frame(b'{"a":1}'), b'{"a":1}\n')
+    assert batch.ndjson == b'{"a":1}\n[]\n'
+    assert list(batch.payloads) == [b'{"a":1}', b"[]"]
+    assert (control.ws, control.ndjson) == (text_frame(control.data), b"")  # no NDJSON form
+    assert list(frames([control, batch, d])) == [d, batch.frames[1], d]
+    sub = Subscriber(max_queue=4)
+    sub.sent(control)  # a control message names no frame to resume after
+    sub.sent(batch)
+    assert sub.last_seq == {"r1": 2}

@@ -9,8 +9,11 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from codelegate.daemon.hub import Delivery, Hub, Subscriber
+from codelegate.daemon.deliveries import Delivery
+from codelegate.daemon.hub import Hub
 from codelegate.daemon.serving.streams import _ws_writer, _WsSink
+from codelegate.daemon.subscriber import Subscriber
+from tests.test_layout import MODULES, imports
 
 RUN = "r1"
 
@@ -22,7 +25,7 @@ def _frame(seq: int, size: int = 10) -> Delivery:
 async def _serve(compress: bool, hub: Hub, sinks: list[bool]) -> TestClient[Any, Any]:
     async def handler(request: web.Request) -> web.WebSocketResponse:
         sub = Subscriber(max_queue=10_000)
-        hub.subscribe(sub, RUN, [_frame(1), _frame(2)])  # a replay, before the handshake
+        hub.join(sub, RUN, [_frame(1), _frame(2)])  # a replay, before the handshake
         ws = web.WebSocketResponse(compress=compress)
         await ws.prepare(request)
         sinks.append(_WsSink.of(ws) is not None)
@@ -83,3 +86,11 @@ async def test_compressed_websocket_falls_back_to_aiohttp_frames() -> None:
     got, sinks = await _exchange(compress=True)
     assert sinks == [False]
     assert got == _expected()
+
+
+def test_the_streams_reach_the_hub_only_through_the_door() -> None:
+    # One door (daemon/subscriptions.py, the run manager's): not the hub, nor a run's log.
+    name = "codelegate.daemon.serving.streams"
+    reached = {module for _, module in imports(name, MODULES[name])}
+    assert "codelegate.daemon.runs" in reached  # the manager, whose door it is
+    assert not reached & {"codelegate.daemon.hub", "codelegate.daemon.runlog"}

@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import codelegate.daemon.fanout
+import codelegate.daemon.fanout_redis
 from codelegate.daemon.fanout import Publisher
 from codelegate.daemon.fanout_keys import stream_key
 from codelegate.daemon.serving.state import STATE
@@ -77,7 +78,7 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
 @pytest.fixture(autouse=True)
 def quick_failover(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stopped Redis is noticed in half a second, and retried often (production: 5 s, 2 s)."""
-    monkeypatch.setattr(codelegate.daemon.fanout, "SOCKET_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(codelegate.daemon.fanout_redis, "SOCKET_TIMEOUT_S", 0.5)
     monkeypatch.setattr(codelegate.daemon.fanout, "RETRY_MAX_S", 0.2)
 
 

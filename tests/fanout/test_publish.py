@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 import codelegate.daemon.fanout
 import codelegate.daemon.fanout_keys
-from codelegate.daemon.hub import Batch, Delivery
+from codelegate.daemon.deliveries import Batch, Delivery
 from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
 from tests.fanout.conftest import (
     expected_entries,

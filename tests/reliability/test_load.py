@@ -21,8 +21,8 @@ import msgspec
 import pytest
 import structlog
 
-from codelegate.daemon.hub import CLOSE_LAGGING
 from codelegate.daemon.serving.state import HUB
+from codelegate.daemon.subscriber import CLOSE_LAGGING
 from codelegate.policy.config import Config
 from tests.daemon.conftest import BASE
 from tests.reliability.conftest import (

@@ -13,9 +13,10 @@ import struct
 
 import msgspec
 
-from codelegate.daemon.hub import REPLAY_PAGE_BYTES, Delivery, Subscriber
+from codelegate.daemon.deliveries import REPLAY_PAGE_BYTES, Control, Delivery
 from codelegate.daemon.serving.state import HUB, STATE
 from codelegate.daemon.store.store import RunStore
+from codelegate.daemon.subscriber import Subscriber
 from tests.reliability.conftest import Daemon, until
 from tests.reliability.test_store_and_clients import _ndjson_start, _ws_handshake
 
@@ -67,17 +68,18 @@ def _held(sub: Subscriber) -> int:
 
 
 def _counting(d: Daemon) -> list[int]:
-    """Count the manager's subscribe calls (how the test knows all messages were handled)."""
+    """Count the subscribe calls (how the test knows all messages were handled)."""
     manager = d.handle.app[STATE].manager
     assert manager is not None
+    door = manager.subscriptions
     calls = [0]
-    real = manager.subscribe
+    real = door.subscribe
 
     async def subscribe(*args: object, **kw: object) -> object:
         calls[0] += 1
         return await real(*args, **kw)  # type: ignore[arg-type]
 
-    manager.subscribe = subscribe  # type: ignore[method-assign]
+    door.subscribe = subscribe  # type: ignore[method-assign]
     return calls
 
 
@@ -102,7 +104,7 @@ async def test_a_client_repeating_subscribe_without_reading_holds_one_page(
         assert sink is not None
         await until(lambda: not sink.ready(), what="the client's transport is full")
         # One replay at a time: the repeats replaced it, they did not stack.
-        assert sum(1 for i in sub._queue if not isinstance(i, (bytes, Delivery))) <= 1
+        assert sum(1 for i in sub._queue if not isinstance(i, (Control, Delivery))) <= 1
         # What is held is one page beyond the transport's high-water mark, not 60 runs.
         assert _held(sub) <= TRANSPORT_HIGH_WATER + REPLAY_PAGE_BYTES + 2 * (PAD + 64)
         # Pages were read only as the client's socket took them: a few, not 60 x 80.
