@@ -35,8 +35,8 @@ from codelegate.daemon.serving.listeners import GatedSite
 from codelegate.daemon.supervision.supervisor import become_subreaper
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.checks import token_problem
+from codelegate.policy.child_env import passed_secrets
 from codelegate.policy.config import Config, ServerConfig, socket_mode_bits
-from codelegate.policy.environment import passed_secrets
 
 _log = structlog.get_logger("codelegate.server")
 
