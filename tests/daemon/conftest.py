@@ -8,10 +8,8 @@ aiohttp client session over that socket.
 from __future__ import annotations
 
 import asyncio
-import io
-import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,34 +17,12 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
-import structlog
 
-from codelegate.daemon import logs
 from codelegate.daemon.serving.server import ServerHandle, start_server
 from codelegate.policy.config import Config, development_config
 from tests.fakes import FAKE_CLAUDE
 
 BASE = "http://codelegate"
-
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    """The daemon's logging configured as ``serve`` does, into this stream; restored after."""
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
-    stream = io.StringIO()
-    logs.configure(level="info", stream=stream)
-    yield stream
-    structlog.reset_defaults()
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    (ws / "sub").mkdir(parents=True)
-    return ws
 
 
 def make_config(short_dir: Path, workspace: Path, **sections: dict[str, Any]) -> Config:

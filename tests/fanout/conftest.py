@@ -33,12 +33,11 @@ from tests.daemon.conftest import (
     make_config,
     start_daemon,
     stop_daemon,
-    workspace,
 )
 from tests.fanout.redis_server import RedisServer
 from tests.reliability.conftest import post, wait_done
 
-__all__ = ["RedisServer", "workspace"]  # the daemon suite's fixtures, shared
+__all__ = ["RedisServer"]
 
 PREFIX = "cltest"
 SETTLE_S = 60.0  # bound on waiting for Redis to hold everything (fails the test, never sleeps)

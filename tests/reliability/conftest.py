@@ -122,13 +122,6 @@ def stored_status(db_path: str | Path, run_id: str) -> str:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return ws
-
-
-@pytest.fixture
 def rel_config(short_dir: Path, workspace: Path) -> Config:
     """Fake CLI, a 1 s cancel grace, room for 8 concurrent runs."""
     return make_config(short_dir, workspace, policy={"max_concurrent_runs": 16})

@@ -15,20 +15,8 @@ from pathlib import Path
 import pytest
 
 from codelegate.policy.config import Config
-from tests.daemon.conftest import (  # log_stream: the fixture, shared
-    Daemon,
-    log_stream,
-    make_config,
-    start_daemon,
-    stop_daemon,
-)
-
-# The real daemon + real CLI + API stub of the end-to-end suite, for the tests that need the
-# pinned CLI to plant the input (settings isolation).
-from tests.e2e.conftest import daemon_claude, daemon_policy, daemon_server, e2e  # noqa: F401
+from tests.daemon.conftest import Daemon, make_config, start_daemon, stop_daemon
 from tests.fakes import FAKE_CLAUDE
-
-__all__ = ["log_stream"]
 
 
 class Spy:

@@ -6,14 +6,14 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from codelegate.daemon.supervision import cgroups, procs
-from codelegate.daemon.supervision.supervisor import ChildProcess, become_subreaper, reap_orphans
+from codelegate.daemon.supervision.supervisor import ChildProcess, reap_orphans
 from codelegate.policy.environment import RUN_MARKER_VAR
 from tests.fakes import FAKE_CLAUDE
 
@@ -83,16 +83,6 @@ async def read_until(child: ChildProcess, needle: bytes) -> bytes:
             pytest.fail(f"EOF before {needle!r}")
         out += chunk
     return bytes(out)
-
-
-@pytest.fixture
-def subreaper() -> Iterator[None]:
-    """Make the test process a child subreaper for one test, then undo it."""
-    if not become_subreaper():
-        pytest.skip("prctl(PR_SET_CHILD_SUBREAPER) is not available here")
-    yield
-    reap_orphans()
-    become_subreaper(on=False)
 
 
 @pytest.fixture(params=["marker", "cgroup"])
