@@ -152,20 +152,4 @@ def is_run_result(frame: dict[str, Any]) -> bool:
     return bool(frame["type"] == "run_result")
 
 
-def marked_processes(run_id: str) -> list[int]:
-    """Live processes carrying this run's marker in their environment (DESIGN: supervision)."""
-    needle = f"CODELEGATE_RUN_ID={run_id}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read()
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and needle in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
+# END

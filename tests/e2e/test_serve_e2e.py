@@ -15,7 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import BASE, marked_processes, workspace_tree
+from tests.e2e.conftest import BASE, workspace_tree
+from tests.procfs import marked_processes
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 from tests.stub.claude import API_KEY
 

@@ -6,7 +6,6 @@ Everything here waits with bounded polling loops (``until``), never with blind s
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -28,12 +27,10 @@ from tests.reliability.served import Served
 
 HERE = Path(__file__).resolve().parent
 CHATTY_CLAUDE = str(HERE / "chatty_claude.py")
-MARKER = b"CODELEGATE_RUN_ID="
 
 __all__ = [
     "CHATTY_CLAUDE",
     "Daemon",
-    "alive_marked",
     "cards_closed",
     "make_config",
     "start_daemon",
@@ -51,30 +48,6 @@ async def until(predicate: Callable[[], bool], deadline_s: float = 15.0, what: s
         if loop.time() > end:
             pytest.fail(f"not within {deadline_s}s: {what or predicate}")
         await asyncio.sleep(0.02)
-
-
-def alive_marked(run_id: str | None = None) -> list[int]:
-    """Live (non-zombie) processes carrying a run marker (``run_id``'s, or any run's)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state == b"Z":
-            continue
-        if run_id is None:
-            hit = any(e.startswith(MARKER) for e in environ)
-        else:
-            hit = MARKER + run_id.encode() in environ
-        if hit:
-            found.append(int(entry))
-    return found
 
 
 def cards_closed(frames: list[dict[str, Any]]) -> None:

@@ -14,8 +14,8 @@ import msgspec
 import pytest
 
 from codelegate.policy.config import Config
+from tests.procfs import marked_processes
 from tests.reliability.conftest import (
-    alive_marked,
     cards_closed,
     make_config,
     post,
@@ -101,9 +101,9 @@ async def test_cli_fault_ends_cleanly_and_spares_the_other_run(
             assert status == 202
         state = await wait_done(d, faulty)
         # The run is over: whatever it started is gone by now, not eventually.
-        assert alive_marked(faulty) == []
+        assert marked_processes(faulty) == []
         witness_state = await wait_done(d, witness)
-        assert alive_marked(witness) == []
+        assert marked_processes(witness) == []
         await until(lambda: follower.finished(faulty) and follower.finished(witness))
         live = dict(follower.frames)
         await follower.close()

@@ -25,10 +25,10 @@ from codelegate.daemon.hub import CLOSE_LAGGING
 from codelegate.daemon.serving.app import HUB
 from codelegate.policy.config import Config
 from tests.daemon.conftest import BASE
+from tests.procfs import marked_processes
 from tests.reliability.conftest import (
     CHATTY_CLAUDE,
     Daemon,
-    alive_marked,
     make_config,
     post,
     start_daemon,
@@ -192,7 +192,7 @@ async def _eight_runs(load_config: Config, tmp_path: Path) -> None:
 
     assert all(s["status"] == "completed" for s in states), states
     for rid in run_ids:
-        assert alive_marked(rid) == []
+        assert marked_processes(rid) == []
     for c, runs in fast:
         assert c.close_code is None, "a fast subscriber was closed"
         for rid in runs:
@@ -216,7 +216,7 @@ async def test_ten_thousand_subscribe_cycles_leave_memory_and_fds_flat(
     d = await start_daemon(load_config, tmp_path)
     try:
         rid = await post(d, f"chatty n=1 pad=10 gate={gate}")
-        await until(lambda: bool(alive_marked(rid)), what="the run is live")
+        await until(lambda: bool(marked_processes(rid)), what="the run is live")
         hub = d.handle.app[HUB]
         await until(lambda: d.handle.app[HUB].subscriber_count == 0)
         ws = await d.ws()

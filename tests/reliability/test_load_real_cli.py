@@ -19,7 +19,8 @@ import pytest
 import structlog
 
 from tests.e2e.conftest import E2E, e2e_config
-from tests.reliability.conftest import alive_marked, cards_closed
+from tests.procfs import marked_processes
+from tests.reliability.conftest import cards_closed
 from tests.reliability.test_faults import Follower
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 
@@ -98,7 +99,7 @@ async def _eight_runs(real: E2E) -> None:
             if f["type"] == "tool_result"
         ]
         assert state["result"]["files_changed"] == [f"out-{run_ids.index(rid)}.txt"]
-        assert alive_marked(rid) == []
+        assert marked_processes(rid) == []
     reference = {rid: await real_events(real, rid) for rid in run_ids}
     for i, f in enumerate(followers):
         rid = run_ids[i % RUNS]

@@ -14,7 +14,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.reliability.conftest import alive_marked, cards_closed, until
+from tests.procfs import marked_processes
+from tests.reliability.conftest import cards_closed, until
 from tests.reliability.served import Served, write_config
 
 
@@ -46,7 +47,7 @@ def stored(db: Path, run_id: str) -> list[dict[str, Any]]:
 
 def kill_leftovers(*run_ids: str) -> None:
     for run_id in run_ids:
-        for pid in alive_marked(run_id):
+        for pid in marked_processes(run_id):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -75,17 +76,19 @@ async def test_sigkilled_daemon_restarts_with_runs_interrupted(
             ),
             what="both runs' cards on disk",
         )
-        await until(lambda: len(alive_marked(escaped_id)) >= 2, what="the CLI and its grandchild")
+        await until(
+            lambda: len(marked_processes(escaped_id)) >= 2, what="the CLI and its grandchild"
+        )
         before = {rid: stored(db, rid) for rid in run_ids.values()}
         await served.kill()
-        assert alive_marked(escaped_id), "a SIGKILLed daemon leaves the run's processes behind"
+        assert marked_processes(escaped_id), "a SIGKILLed daemon leaves the run's processes behind"
 
         await served.start()
         states = {rid: await served.json("GET", f"/v1/runs/{rid}") for rid in run_ids.values()}
         after = {rid: await served.events(rid) for rid in run_ids.values()}
         # Start-up closes the interrupted runs and must kill what is left of them.
         await until(
-            lambda: alive_marked(open_id) == [] and alive_marked(escaped_id) == [],
+            lambda: marked_processes(open_id) == [] and marked_processes(escaped_id) == [],
             10,
             "the interrupted runs' processes gone after the restart",
         )

@@ -12,9 +12,9 @@ from pathlib import Path
 from codelegate.daemon.serving.app import HUB, STATE
 from codelegate.daemon.store.store import RunStore
 from codelegate.policy.config import Config
+from tests.procfs import marked_processes
 from tests.reliability.conftest import (
     Daemon,
-    alive_marked,
     cards_closed,
     make_config,
     post,
@@ -68,7 +68,7 @@ async def test_disk_full_mid_run_loses_nothing_once_space_returns(
         await stop_daemon(d)
     cards_closed(live)
     assert stored_frames(rel_config.store.path, run_id) == live
-    assert alive_marked(run_id) == []
+    assert marked_processes(run_id) == []
     # The final status, recorded while the disk was full, must not be lost either.
     assert stored_status(rel_config.store.path, run_id) == "completed"
 
