@@ -25,11 +25,7 @@ from tests.daemon.conftest import (
 )
 from tests.reliability.served import Served
 
-HERE = Path(__file__).resolve().parent
-CHATTY_CLAUDE = str(HERE / "chatty_claude.py")
-
 __all__ = [
-    "CHATTY_CLAUDE",
     "Daemon",
     "cards_closed",
     "make_config",

@@ -25,9 +25,9 @@ from codelegate.daemon.hub import CLOSE_LAGGING
 from codelegate.daemon.serving.app import HUB
 from codelegate.policy.config import Config
 from tests.daemon.conftest import BASE
+from tests.fakes import CHATTY_CLAUDE
 from tests.procfs import marked_processes
 from tests.reliability.conftest import (
-    CHATTY_CLAUDE,
     Daemon,
     make_config,
     post,

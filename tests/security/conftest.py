@@ -1,14 +1,9 @@
-"""Fixtures for the abuse suite: a daemon whose "Claude" is a spy that records every start.
-
-The spy is a tiny shell script in front of the fault-injecting fake CLI: every start except
-``--version`` (the daemon asks for it at start-up) appends a line to a file, so a test can say
-"this request spawned nothing" by reading that file.
+"""Fixtures for the abuse suite: a daemon whose "Claude" is a spy that records every start
+(``tests.fakes.spy``), so a test can say "this request spawned nothing" by reading its record.
 """
 
 from __future__ import annotations
 
-import stat
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,28 +11,7 @@ import pytest
 
 from codelegate.policy.config import Config
 from tests.daemon.conftest import Daemon, make_config, start_daemon, stop_daemon
-from tests.fakes import FAKE_CLAUDE
-
-
-class Spy:
-    """The spy CLI's path and the record of its starts."""
-
-    def __init__(self, folder: Path) -> None:
-        self.log = folder / "spawned.log"
-        self.path = folder / "claude-spy"
-        self.path.write_text(
-            "#!/bin/sh\n"
-            'case " $* " in *" --version "*) ;; *) echo "$$ $PWD" >> '
-            + f"'{self.log}'"
-            + " ;; esac\n"
-            f"exec '{sys.executable}' '{FAKE_CLAUDE}' \"$@\"\n"
-        )
-        self.path.chmod(self.path.stat().st_mode | stat.S_IXUSR)
-
-    @property
-    def starts(self) -> list[str]:
-        """One ``"<pid> <cwd>"`` line per start."""
-        return self.log.read_text().splitlines() if self.log.exists() else []
+from tests.fakes.spy import Spy
 
 
 @pytest.fixture

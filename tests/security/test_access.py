@@ -16,7 +16,8 @@ import pytest
 
 from codelegate.daemon.serving.server import start_server
 from tests.daemon.conftest import child_environ
-from tests.security.conftest import Spy, spy_config
+from tests.fakes.spy import Spy
+from tests.security.conftest import spy_config
 
 NOBODY = 65534
 PROBE_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable

@@ -28,7 +28,7 @@ from codelegate.daemon.serving import access
 from codelegate.daemon.supervision import cgroups
 from tests.daemon.conftest import Daemon
 from tests.e2e.conftest import E2E
-from tests.security.conftest import Spy
+from tests.fakes.spy import Spy
 from tests.security.test_isolation import sandbox
 from tests.stub.anthropic import text, tool
 
