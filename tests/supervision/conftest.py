@@ -14,19 +14,17 @@ import pytest
 
 from codelegate.daemon.supervision import cgroups, procs
 from codelegate.daemon.supervision.supervisor import ChildProcess, reap_orphans
+from codelegate.policy.argv import FIXED_FLAGS
 from codelegate.policy.environment import RUN_MARKER_VAR
+from codelegate.policy.modes import mode_for
 from tests.fakes import FAKE_CLAUDE
 
+# The daemon's fixed flags (policy.argv), without the control channel: these tests write the
+# fake's prompt as text on stdin.
 ARGV = [
-    "-p",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--safe-mode",
-    "--permission-prompts",
-    "none",
+    *FIXED_FLAGS,
     "--permission-mode",
-    "manual",
+    mode_for("safe").cli,
     "--session-id",
     "4f6c1d2e-8a3b-4c5d-9e7f-0a1b2c3d4e5f",
 ]
