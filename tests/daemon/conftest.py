@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,16 @@ async def stop_daemon(d: Daemon) -> None:
     await d.handle.close()
 
 
+@asynccontextmanager
+async def running_daemon(config: Config, home: Path) -> AsyncIterator[Daemon]:
+    """``start_daemon`` for the length of a block, stopped however the block ends."""
+    d = await start_daemon(config, home)
+    try:
+        yield d
+    finally:
+        await stop_daemon(d)
+
+
 @pytest.fixture
 def config(short_dir: Path, workspace: Path) -> Config:
     return make_config(short_dir, workspace)
@@ -87,9 +98,8 @@ def config(short_dir: Path, workspace: Path) -> Config:
 
 @pytest.fixture
 async def daemon(config: Config, tmp_path: Path) -> AsyncIterator[Daemon]:
-    d = await start_daemon(config, tmp_path)
-    yield d
-    await stop_daemon(d)
+    async with running_daemon(config, tmp_path) as d:
+        yield d
 
 
 async def next_frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:

@@ -14,13 +14,12 @@ import msgspec
 import pytest
 
 from codelegate.policy.config import Config
+from tests.daemon.conftest import running_daemon
 from tests.procfs import marked_processes
 from tests.reliability.conftest import (
     cards_closed,
     make_config,
     post,
-    start_daemon,
-    stop_daemon,
     stored_frames,
     until,
     wait_done,
@@ -90,8 +89,7 @@ def fault_config(short_dir: Path, workspace: Path) -> Config:
 async def test_cli_fault_ends_cleanly_and_spares_the_other_run(
     fault_config: Config, tmp_path: Path, task: str, expected: str, cancel: bool
 ) -> None:
-    d = await start_daemon(fault_config, tmp_path)
-    try:
+    async with running_daemon(fault_config, tmp_path) as d:
         follower = Follower(await d.ws("?run=*"))
         witness = await post(d, WITNESS)
         faulty = await post(d, task)
@@ -108,8 +106,6 @@ async def test_cli_fault_ends_cleanly_and_spares_the_other_run(
         live = dict(follower.frames)
         await follower.close()
         replay = {rid: await d.events(rid) for rid in (faulty, witness)}
-    finally:
-        await stop_daemon(d)
 
     assert state["status"] == expected, state
     assert state["result"]["status"] == expected
