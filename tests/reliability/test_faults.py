@@ -15,13 +15,13 @@ import pytest
 
 from codelegate.policy.config import Config
 from tests.daemon.conftest import running_daemon
+from tests.polling import until
 from tests.procfs import marked_processes
 from tests.reliability.conftest import (
     cards_closed,
     make_config,
     post,
     stored_frames,
-    until,
     wait_done,
 )
 

@@ -26,6 +26,7 @@ from codelegate.daemon.serving.app import HUB
 from codelegate.policy.config import Config
 from tests.daemon.conftest import BASE
 from tests.fakes import CHATTY_CLAUDE
+from tests.polling import until
 from tests.procfs import marked_processes
 from tests.reliability.conftest import (
     Daemon,
@@ -33,7 +34,6 @@ from tests.reliability.conftest import (
     post,
     start_daemon,
     stop_daemon,
-    until,
     wait_done,
 )
 

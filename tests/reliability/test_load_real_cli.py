@@ -19,6 +19,7 @@ import pytest
 import structlog
 
 from tests.e2e.conftest import E2E, e2e_config
+from tests.polling import polled
 from tests.procfs import marked_processes
 from tests.reliability.conftest import cards_closed
 from tests.reliability.test_faults import Follower
@@ -108,15 +109,13 @@ async def _eight_runs(real: E2E) -> None:
 
 
 async def finished(real: E2E, run_id: str, deadline_s: float = 90.0) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while True:
+    async def done() -> dict[str, Any] | None:
         status, state = await real.get(f"/v1/runs/{run_id}")
         assert status == 200
-        if state["status"] != "running" and state["result"] is not None:
-            return dict(state)
-        assert loop.time() < end, f"run {run_id} still running"
-        await asyncio.sleep(0.05)
+        ended = state["status"] != "running" and state["result"] is not None
+        return dict(state) if ended else None
+
+    return await polled(done, deadline_s, f"run {run_id} to end")
 
 
 async def real_events(real: E2E, run_id: str) -> list[dict[str, Any]]:

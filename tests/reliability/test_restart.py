@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
+from tests.polling import until
 from tests.procfs import marked_processes
-from tests.reliability.conftest import cards_closed, until
+from tests.reliability.conftest import cards_closed, stored_frames
 from tests.reliability.served import Served, write_config
 
 
@@ -34,14 +34,7 @@ async def served(tmp_path: Path, short_dir: Path) -> AsyncIterator[Served]:
 def stored(db: Path, run_id: str) -> list[dict[str, Any]]:
     """The run's frames as the file holds them now (what survives a SIGKILL)."""
     with contextlib.suppress(sqlite3.Error):
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            rows = conn.execute(
-                "SELECT data FROM frames WHERE run_id = ? ORDER BY seq", (run_id,)
-            ).fetchall()
-        finally:
-            conn.close()
-        return [msgspec.json.decode(bytes(r[0])) for r in rows]
+        return stored_frames(db, run_id)
     return []
 
 

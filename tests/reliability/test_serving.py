@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.polling import until
 from tests.procfs import marked_processes
-from tests.reliability.conftest import cards_closed, until, wait_done
+from tests.reliability.conftest import cards_closed, wait_done
 from tests.reliability.served import BASE, Served, write_config
 from tests.stub.anthropic import Stub, Turn, serve_stub, text
 from tests.stub.claude import API_KEY

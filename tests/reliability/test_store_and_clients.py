@@ -13,6 +13,7 @@ from codelegate.daemon.serving.app import HUB, STATE
 from codelegate.daemon.store.store import RunStore
 from codelegate.policy.config import Config
 from tests.daemon.conftest import running_daemon
+from tests.polling import until
 from tests.procfs import marked_processes
 from tests.reliability.conftest import (
     Daemon,
@@ -21,7 +22,6 @@ from tests.reliability.conftest import (
     post,
     stored_frames,
     stored_status,
-    until,
     wait_done,
 )
 from tests.reliability.test_faults import Follower

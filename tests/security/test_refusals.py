@@ -17,7 +17,7 @@ import pytest
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from tests.daemon.conftest import Daemon
 from tests.fakes.spy import Spy
-from tests.reliability.conftest import until
+from tests.polling import until
 
 REFUSED = {400, 403, 404, 409, 413, 429}
 

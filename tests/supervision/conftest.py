@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import uuid
@@ -39,16 +38,6 @@ def fake_env(run_id: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         RUN_MARKER_VAR: run_id,
     }
-
-
-async def until(predicate: Callable[[], bool], deadline_s: float = 10.0) -> None:
-    """Poll ``predicate`` until true; fail after a bounded deadline (no blind sleeps)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not predicate():
-        if loop.time() > end:
-            pytest.fail(f"condition not met within {deadline_s}s")
-        await asyncio.sleep(0.01)
 
 
 def alive(pid: int) -> bool:

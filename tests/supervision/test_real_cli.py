@@ -13,10 +13,11 @@ import pytest
 from codelegate.daemon.supervision import procs
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.environment import RUN_MARKER_VAR
+from tests.polling import until
 from tests.procfs import cmdline
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 from tests.stub.claude import claude_argv, claude_env
-from tests.supervision.conftest import gone, read_all, until
+from tests.supervision.conftest import gone, read_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("subreaper")]
 
