@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.conftest import BASE, E2E, frames_until, is_run_result
 from tests.procfs import cmdline, marked_processes
-from tests.stub.anthropic import Turn, error, text, tool
+from tests.stub.anthropic import Turn, error, start_subagent, text, tool
 from tests.stub.claude import API_KEY
 
 pytestmark = pytest.mark.e2e
@@ -254,12 +254,7 @@ async def test_env_dump_reaches_clients_redacted(e2e: E2E) -> None:
 async def test_subagent_cards_nest_under_their_task_card(e2e: E2E) -> None:
     marker = "[[e2e-subagent]]"
     e2e.stub.main.turns = [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{marker} Read hello.py.",
-            subagent_type="general-purpose",
-        ),
+        start_subagent("Read hello.py", f"{marker} Read hello.py.", background=None),
         text("Started a subagent."),
         text("The subagent is done."),
     ]

@@ -38,6 +38,7 @@ from tests.stub.anthropic import (
     Turn,
     error,
     serve_stub,
+    start_subagent,
     text,
     tool,
     tools,
@@ -212,6 +213,18 @@ scenario(
 )(one_run("Write new.txt, then read hello.py.", mode="manual"))
 
 SUB = "[[subagent-a]]"
+ASK_SUBAGENT = f"{SUB} Read hello.py and report what it prints."
+
+
+def _subagent_reads(say: str | None = None) -> Callable[[Sandbox], dict[str, list[Turn]]]:
+    """The subagent of the Agent scenarios: it reads hello.py and says what it prints."""
+    return lambda sb: {
+        SUB: [
+            tool("Read", say=say, file_path=sb.path("hello.py")),
+            text("hello.py prints 'hello world'."),
+        ]
+    }
+
 
 scenario(
     "subagent_foreground",
@@ -219,21 +232,10 @@ scenario(
     "parent_tool_use_id = the Agent tool_use id, plus task_started/task_progress/task_notification "
     "(local_agent); the Agent tool_result comes after the subagent finished",
     lambda sb: [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{SUB} Read hello.py and report what it prints.",
-            subagent_type="general-purpose",
-            run_in_background=False,
-        ),
+        start_subagent("Read hello.py", ASK_SUBAGENT, background=False),
         text("The subagent says hello.py prints hello world."),
     ],
-    lambda sb: {
-        SUB: [
-            tool("Read", file_path=sb.path("hello.py")),
-            text("hello.py prints 'hello world'."),
-        ]
-    },
+    _subagent_reads(),
 )(one_run("Use a subagent to find out what hello.py prints."))
 
 scenario(
@@ -243,23 +245,10 @@ scenario(
     "parent_tool_use_id = the Agent tool_use id (whether its partial messages stream too shows "
     "in the stream_event lines' parent_tool_use_id)",
     lambda sb: [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{SUB} Read hello.py and report what it prints.",
-            subagent_type="general-purpose",
-            run_in_background=False,
-        ),
+        start_subagent("Read hello.py", ASK_SUBAGENT, background=False),
         text("The subagent says hello.py prints hello world."),
     ],
-    lambda sb: {
-        SUB: [
-            tool(
-                "Read", say="Reading hello.py for the parent agent.", file_path=sb.path("hello.py")
-            ),
-            text("hello.py prints 'hello world'."),
-        ]
-    },
+    _subagent_reads(say="Reading hello.py for the parent agent."),
 )(
     one_run(
         "Use a subagent to find out what hello.py prints.",
@@ -273,21 +262,11 @@ scenario(
     "at once, the main turn ends with a first result line; the subagent's Read, task_progress and "
     "task_notification come later, then a second system/init and a second result (result_index)",
     lambda sb: [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{SUB} Read hello.py and report what it prints.",
-            subagent_type="general-purpose",
-        ),
+        start_subagent("Read hello.py", ASK_SUBAGENT, background=None),
         text("I started a subagent; I will report when it finishes."),
         text("The subagent finished: hello.py prints hello world."),
     ],
-    lambda sb: {
-        SUB: [
-            tool("Read", file_path=sb.path("hello.py")),
-            text("hello.py prints 'hello world'."),
-        ]
-    },
+    _subagent_reads(),
 )(one_run("Use a background subagent to find out what hello.py prints."))
 
 scenario(

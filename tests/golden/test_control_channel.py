@@ -26,6 +26,7 @@ from tests.stub.anthropic import (
     ToolUse,
     Turn,
     serve_stub,
+    start_subagent,
     text,
     tool,
     tools,
@@ -594,13 +595,7 @@ async def test_interrupt_with_no_turn_running_is_answered_and_changes_nothing(
 async def test_a_prompt_inside_a_subagent_carries_its_agent_id(cli: CliSandbox) -> None:
     stub = Stub(
         [
-            tool(
-                "Agent",
-                description="Touch outside",
-                prompt=f"{SUB} Touch a file outside.",
-                subagent_type="general-purpose",
-                run_in_background=False,
-            ),
+            start_subagent("Touch outside", f"{SUB} Touch a file outside.", background=False),
             text("Parent done."),
         ]
     )
@@ -1025,13 +1020,7 @@ async def test_forward_subagent_text_adds_the_subagents_text_as_assistant_lines(
     for forward in (False, True):
         stub = Stub(
             [
-                tool(
-                    "Agent",
-                    description="Look around",
-                    prompt=f"{SUB} Look around.",
-                    subagent_type="general-purpose",
-                    run_in_background=False,
-                ),
+                start_subagent("Look around", f"{SUB} Look around.", background=False),
                 text("Parent done."),
             ]
         )
