@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import structlog
 
-from tests.e2e.conftest import E2E, e2e_config
+from tests.e2e.conftest import E2E, e2e_config, workspace_tree
 from tests.polling import polled
 from tests.procfs import marked_processes
 from tests.reliability.conftest import cards_closed
@@ -34,11 +34,7 @@ BASE = "http://codelegate"
 
 @pytest.fixture
 async def real(claude_bin: str, tmp_path: Path, short_dir: Path) -> AsyncIterator[E2E]:
-    root = tmp_path / "workspaces"
-    workspace = root / "demo"
-    home = tmp_path / "home"
-    for folder in (workspace, home, home / "tmp"):
-        folder.mkdir(parents=True)
+    root, workspace, home = workspace_tree(tmp_path)
     (workspace / "notes.txt").write_text("alpha\nbeta\n")
     stub = Stub()
     async with serve_stub(stub):
