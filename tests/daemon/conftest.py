@@ -38,6 +38,14 @@ def make_config(short_dir: Path, workspace: Path, **sections: dict[str, Any]) ->
     return msgspec.convert(raw, Config)
 
 
+def tcp_listener(folder: Path, token: str, **server: Any) -> dict[str, Any]:
+    """A ``[server]`` section with a TCP listener on a free loopback port whose bearer token is
+    ``token`` (written to ``folder/token``), plus the ``server`` keys given."""
+    token_file = folder / "token"
+    token_file.write_text(token + "\n")
+    return {"tcp": "127.0.0.1:0", "token_file": str(token_file), **server}
+
+
 def child_environ(home: Path) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
 

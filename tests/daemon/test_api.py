@@ -11,12 +11,7 @@ import pytest
 
 from codelegate.daemon import runs as runs_module
 from codelegate.daemon.supervision.supervisor import ChildProcess
-from tests.daemon.conftest import (
-    BASE,
-    Daemon,
-    make_config,
-    running_daemon,
-)
+from tests.daemon.conftest import BASE, Daemon, make_config, running_daemon
 
 
 class Spawns(list[tuple[str, ...]]):
