@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,7 @@ import structlog
 
 from codelegate.daemon import logs
 from codelegate.daemon.supervision.supervisor import become_subreaper, reap_orphans
-from tests.conftest import pinned_claude
+from tests.conftest import pinned_claude, unavailable
 from tests.e2e.conftest import E2E, e2e_config, workspace_tree
 from tests.stub.anthropic import Stub, serve_stub
 
@@ -50,9 +49,7 @@ def claude_bin() -> str:
     """The pinned Claude Code CLI; the test is skipped without it (failed on CI)."""
     path = pinned_claude()
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("the pinned Claude Code CLI is missing; run `make test`")
-        pytest.skip("the pinned Claude Code CLI is not installed (run `make test`)")
+        unavailable("the pinned Claude Code CLI is not installed (run `make test`)")
     return path
 
 

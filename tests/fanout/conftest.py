@@ -9,7 +9,6 @@ XREAD), never sleeps.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from codelegate.daemon.fanout import Publisher
 from codelegate.daemon.fanout_keys import stream_key
 from codelegate.daemon.serving.state import STATE
 from codelegate.policy.config import Config
+from tests.conftest import unavailable
 from tests.daemon.conftest import (
     BASE,
     Daemon,
@@ -46,9 +46,7 @@ SETTLE_S = 60.0  # bound on waiting for Redis to hold everything (fails the test
 def _redis_server() -> str:
     path = shutil.which("redis-server")
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("redis-server is missing; run `make test` (it installs it)")
-        pytest.skip("redis-server is not installed (run `make test`)")
+        unavailable("redis-server is not installed (run `make test`)")
     return path
 
 
