@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 import pytest
 
 from tests.stub.anthropic import Stub, Turn, serve_stub
 from tests.stub.claude import ClaudeRun, Session, run_claude
+from tests.stub.control import ControlSession
 
 HELLO_PY = 'print("hello world")\n'
 
@@ -51,6 +52,14 @@ class CliSandbox:
             env={**own, **(env or {})},
             time_limit=time_limit,
             **session,
+        )
+
+    async def control(self, url: str, **options: Any) -> ControlSession:
+        """The CLI started with stdin open against the stub served at ``url`` (``options``: those
+        of ``ControlSession.start``)."""
+        own = {} if self.tmp is None else {"TMPDIR": str(self.tmp)}
+        return await ControlSession.start(
+            self.claude, url, workspace=self.workspace, home=self.home, env=own, **options
         )
 
     async def run(
