@@ -13,6 +13,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,22 @@ def _own_state_dir(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
 
 
+@contextmanager
+def short_folder(prefix: str = "cl-") -> Iterator[Path]:
+    """A short folder for Unix sockets, removed after the block: sun_path holds at most 107
+    bytes, and pytest's tmp_path can be longer."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
-    """A short folder for Unix sockets: sun_path holds at most 107 bytes, and pytest's
-    tmp_path can be longer."""
-    path = Path(tempfile.mkdtemp(prefix="cl-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    """A :func:`short_folder` for one test."""
+    with short_folder() as path:
+        yield path
 
 
 @pytest.fixture
