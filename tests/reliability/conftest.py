@@ -16,23 +16,9 @@ import msgspec
 import pytest
 
 from codelegate.policy.config import Config
-from tests.daemon.conftest import (
-    Daemon,
-    make_config,
-    start_daemon,
-    stop_daemon,
-)
+from tests.daemon.conftest import Daemon, make_config, running_daemon
 from tests.polling import polled
 from tests.reliability.served import Served
-
-__all__ = [
-    "Daemon",
-    "cards_closed",
-    "make_config",
-    "start_daemon",
-    "stop_daemon",
-    "stored_frames",
-]
 
 
 def cards_closed(frames: list[dict[str, Any]]) -> None:
@@ -82,9 +68,8 @@ def rel_config(short_dir: Path, workspace: Path) -> Config:
 
 @pytest.fixture
 async def rdaemon(rel_config: Config, tmp_path: Path) -> AsyncIterator[Daemon]:
-    d = await start_daemon(rel_config, tmp_path)
-    yield d
-    await stop_daemon(d)
+    async with running_daemon(rel_config, tmp_path) as d:
+        yield d
 
 
 async def run_frames(d: Daemon, run_id: str) -> list[dict[str, Any]]:

@@ -14,16 +14,10 @@ import msgspec
 import pytest
 
 from codelegate.policy.config import Config
-from tests.daemon.conftest import running_daemon
+from tests.daemon.conftest import make_config, running_daemon
 from tests.polling import until
 from tests.procfs import marked_processes
-from tests.reliability.conftest import (
-    cards_closed,
-    make_config,
-    post,
-    stored_frames,
-    wait_done,
-)
+from tests.reliability.conftest import cards_closed, post, stored_frames, wait_done
 
 WITNESS = "fake: tools n=300 rate=1000"  # ~0.3 s of steady tool cards beside the faulty run
 

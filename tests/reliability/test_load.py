@@ -24,18 +24,11 @@ import structlog
 from codelegate.daemon.hub import CLOSE_LAGGING
 from codelegate.daemon.serving.app import HUB
 from codelegate.policy.config import Config
-from tests.daemon.conftest import BASE
+from tests.daemon.conftest import BASE, Daemon, make_config, start_daemon, stop_daemon
 from tests.fakes import CHATTY_CLAUDE
 from tests.polling import until
 from tests.procfs import marked_processes
-from tests.reliability.conftest import (
-    Daemon,
-    make_config,
-    post,
-    start_daemon,
-    stop_daemon,
-    wait_done,
-)
+from tests.reliability.conftest import post, wait_done
 
 RUNS = 8
 FAST_SINGLE = 19 * RUNS  # 19 per run, subscribed in the URL

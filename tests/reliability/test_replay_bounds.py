@@ -16,8 +16,8 @@ import msgspec
 from codelegate.daemon.hub import REPLAY_PAGE_BYTES, Delivery, Subscriber
 from codelegate.daemon.serving.app import HUB, STATE
 from codelegate.daemon.store.store import RunStore
+from tests.daemon.conftest import Daemon
 from tests.polling import until
-from tests.reliability.conftest import Daemon
 from tests.reliability.test_store_and_clients import _ndjson_start, _ws_handshake
 
 FRAMES = 20_000

@@ -12,18 +12,10 @@ from pathlib import Path
 from codelegate.daemon.serving.app import HUB, STATE
 from codelegate.daemon.store.store import RunStore
 from codelegate.policy.config import Config
-from tests.daemon.conftest import running_daemon
+from tests.daemon.conftest import Daemon, make_config, running_daemon
 from tests.polling import until
 from tests.procfs import marked_processes
-from tests.reliability.conftest import (
-    Daemon,
-    cards_closed,
-    make_config,
-    post,
-    stored_frames,
-    stored_status,
-    wait_done,
-)
+from tests.reliability.conftest import cards_closed, post, stored_frames, stored_status, wait_done
 from tests.reliability.test_faults import Follower
 
 
