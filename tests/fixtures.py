@@ -21,7 +21,7 @@ import pytest
 import structlog
 
 from codelegate.daemon import logs
-from codelegate.daemon.supervision.supervisor import become_subreaper, reap_orphans
+from codelegate.daemon.supervision.procs import become_subreaper, reap_orphans
 from tests.conftest import pinned_claude, unavailable
 from tests.e2e.conftest import E2E, e2e_config, workspace_tree
 from tests.stub.anthropic import Stub, serve_stub

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from codelegate.daemon.supervision import cgroups, procs
-from codelegate.daemon.supervision.supervisor import ChildProcess, reap_orphans
+from codelegate.daemon.supervision.procs import reap_orphans
+from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.argv import FIXED_FLAGS
 from codelegate.policy.environment import RUN_MARKER_VAR
 from codelegate.policy.modes import mode_for
