@@ -28,8 +28,9 @@ import sys
 import time
 import uuid
 
-from bench.harness import FAKE_CLAUDE, ServedDaemon, machine, marked_pids
+from bench.harness import FAKE_CLAUDE, ServedDaemon, machine
 from tests.conftest import pinned_claude
+from tests.procfs import marked_processes
 from tests.stub.anthropic import Stub, serve_stub, tool
 from tests.stub.claude import API_KEY
 
@@ -46,7 +47,7 @@ SLEEPER = "import sys, time, urllib.request\nurllib.request.urlopen(sys.argv[1])
 async def _gone(run_id: str, limit_s: float = 60.0) -> float:
     """Seconds until no process carries the run's marker (polled)."""
     start = time.monotonic()
-    while marked_pids(run_id):
+    while marked_processes(run_id):
         if time.monotonic() - start > limit_s:
             raise RuntimeError(f"processes of {run_id} still alive after {limit_s} s")
         await asyncio.sleep(POLL_S)
@@ -55,7 +56,7 @@ async def _gone(run_id: str, limit_s: float = 60.0) -> float:
 
 async def _until_live(run_id: str, want: int) -> None:
     for _ in range(5000):
-        if len(marked_pids(run_id)) >= want:
+        if len(marked_processes(run_id)) >= want:
             return
         await asyncio.sleep(0.005)
     raise RuntimeError("the run never started its processes")
@@ -84,7 +85,7 @@ async def baseline(scenario: str) -> float:
     await _until_live(run_id, 2 if "grandchild" in scenario else 1)
     start = time.monotonic()
     os.killpg(proc.pid, signal.SIGKILL)
-    for pid in marked_pids(run_id):
+    for pid in marked_processes(run_id):
         os.kill(pid, signal.SIGKILL)
     await proc.wait()
     await _gone(run_id)

@@ -30,7 +30,7 @@ from bench.harness import BASE, ROOT, ServedDaemon, machine, percentile
 from tests.reliability.conftest import stored_count, stored_status
 
 # The load tests' talkative fake CLI: tool results of ``pad`` bytes, as fast as it can write.
-CHATTY = str(ROOT / "tests" / "reliability" / "chatty_claude.py")
+CHATTY = str(ROOT / "tests" / "fakes" / "chatty_claude.py")
 PROBE = "chatty n=1 pad=10"
 
 T = TypeVar("T")

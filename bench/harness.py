@@ -65,25 +65,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def marked_pids(run_id: str) -> list[int]:
-    """Live processes carrying the run marker ``CODELEGATE_RUN_ID=<run_id>``."""
-    needle = f"CODELEGATE_RUN_ID={run_id}".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read()
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and needle in environ.split(b"\0"):
-            out.append(int(entry))
-    return out
-
-
 def percentile(values: list[float], q: float) -> float:
     """The q-quantile (0..1) by nearest rank; NaN for no values."""
     if not values:

@@ -180,7 +180,7 @@ def _translate(path: str, *, cwd: str, run_id: str) -> int:
 def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) -> int:
     """Print what the config means here; non-zero when something stops it from working."""
     from codelegate.policy.checks import check_environment
-    from codelegate.policy.environment import auth_variables_present
+    from codelegate.policy.child_env import auth_variables_present
 
     env = os.environ if environ is None else environ
     out: list[str] = []

@@ -1,20 +1,21 @@
-"""The child environment: an allowlist, never the daemon's environment minus a denylist.
+"""The child environment's vocabulary: which variables exist to Claude Code, and which never pass.
 
-Only the variables of DESIGN "Child environment" reach Claude, plus what the operator names in
+A run's environment is an allowlist, never the daemon's environment minus a denylist: only the
+variables of DESIGN "Child environment" reach Claude, plus what the operator names in
 ``[claude] pass_env`` (never a name that could switch permission checks off or inject code into
 the CLI), plus two that policy sets itself: ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and the
 run marker ``CODELEGATE_RUN_ID``, which every descendant inherits so that the daemon can find a
 run's processes even after they leave its process tree.
+
+The names live here, below the config schema, which refuses a bad ``pass_env`` with them;
+``policy.child_env`` applies them to one config.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from codelegate.policy.config import Config
+from typing import Final
 
 RUN_MARKER_VAR: Final = "CODELEGATE_RUN_ID"
 NONESSENTIAL_TRAFFIC_VAR: Final = "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"
@@ -95,6 +96,16 @@ _CODE_INJECTION_PREFIXES: Final = ("LD_", "DYLD_", "NODE_", "NPM_CONFIG_", "BUN_
 _PERMISSION_WORDS: Final = ("BYPASS", "DANGEROUS", "PERMISSION", "SKIP_PERM")
 
 
+def always_passed(name: str) -> bool:
+    """Whether every run gets ``name`` (when the daemon has it): the base, auth and locale ones."""
+    return name in BASE_VARS or name in AUTH_VARS or _LOCALE.fullmatch(name) is not None
+
+
+def is_vertex_var(name: str) -> bool:
+    """Whether ``name`` is one of Vertex's, which only ``claude.enable_vertex`` passes."""
+    return name in VERTEX_VARS or name.startswith(_VERTEX_PREFIX)
+
+
 def refused_pass_env(name: str) -> str | None:
     """Why ``name`` may not be listed in ``[claude] pass_env``, or None when it may."""
     if not _ENV_NAME.fullmatch(name):
@@ -108,44 +119,9 @@ def refused_pass_env(name: str) -> str | None:
         return f"{name} could load code into the CLI and is never passed"
     if upper in BEDROCK_VARS:
         return f"{name} is a Bedrock variable: set claude.enable_bedrock = true instead"
-    if upper in VERTEX_VARS or upper.startswith(_VERTEX_PREFIX):
+    if is_vertex_var(upper):
         return f"{name} is a Vertex variable: set claude.enable_vertex = true instead"
     return None
-
-
-def _allowed(config: Config, name: str) -> bool:
-    """Whether the allowlist for this config admits ``name``."""
-    claude = config.claude
-    if name in BASE_VARS or name in AUTH_VARS or _LOCALE.fullmatch(name):
-        return True
-    if claude.enable_bedrock and name in BEDROCK_VARS:
-        return True
-    if claude.enable_vertex and (name in VERTEX_VARS or name.startswith(_VERTEX_PREFIX)):
-        return True
-    # Checked again here, not only at config load, in case a Config was built by hand.
-    return name in claude.pass_env and refused_pass_env(name) is None
-
-
-def _passed(config: Config, parent_env: Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``parent_env`` the allowlist for this config admits, as they are."""
-    return {
-        key: value
-        for key, value in parent_env.items()
-        if "\x00" not in key and "\x00" not in value and _allowed(config, key)
-    }
-
-
-def child_environment(
-    config: Config, parent_env: Mapping[str, str], *, marker: tuple[str, str]
-) -> dict[str, str]:
-    """The complete environment of a run's CLI: the allowlist of ``parent_env`` plus our own."""
-    name, run_id = marker
-    if name != RUN_MARKER_VAR or not run_id or "\x00" in run_id:
-        raise ValueError(f"the run marker must be ({RUN_MARKER_VAR!r}, <run id>)")
-    env = _passed(config, parent_env)
-    env[NONESSENTIAL_TRAFFIC_VAR] = "1"
-    env[RUN_MARKER_VAR] = run_id
-    return env
 
 
 # Variables whose values are credentials: the daemon masks these exact values (and their
@@ -180,20 +156,3 @@ def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
             }
         )
     )
-
-
-def passed_secrets(config: Config, parent_env: Mapping[str, str]) -> tuple[str, ...]:
-    """The credentials of ``parent_env`` that every run gets: :func:`secret_values` of what
-    :func:`child_environment` passes on, known before any run starts (the daemon masks them in
-    its own log lines, which belong to no run)."""
-    return secret_values(_passed(config, parent_env))
-
-
-def auth_variables_present(config: Config, parent_env: Mapping[str, str]) -> list[str]:
-    """Names (never values) of the authentication variables a run would get, for ``doctor``."""
-    names = set(AUTH_VARS)
-    if config.claude.enable_bedrock:
-        names |= BEDROCK_VARS
-    if config.claude.enable_vertex:
-        names |= VERTEX_VARS
-    return sorted(name for name in names if parent_env.get(name))

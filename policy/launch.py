@@ -13,11 +13,17 @@ from collections.abc import Mapping
 import msgspec
 
 from codelegate.policy.argv import build_argv
-from codelegate.policy.codes import BAD_REQUEST, BUDGET_TOO_HIGH, MODEL_NOT_ALLOWED
+from codelegate.policy.child_env import child_environment
+from codelegate.policy.codes import (
+    BAD_REQUEST,
+    BUDGET_TOO_HIGH,
+    MODE_NOT_ALLOWED,
+    MODEL_NOT_ALLOWED,
+)
 from codelegate.policy.config import Config
-from codelegate.policy.environment import RUN_MARKER_VAR, child_environment, secret_values
+from codelegate.policy.environment import RUN_MARKER_VAR, secret_values
 from codelegate.policy.errors import PolicyError
-from codelegate.policy.modes import CliMode, Mode, OChatMode, RequestMode, resolve_mode
+from codelegate.policy.modes import REQUEST_MODES, CliMode, Mode, OChatMode, RequestMode, mode_for
 from codelegate.policy.request import RunRequest
 from codelegate.policy.session import check_resume, parse_session_id
 from codelegate.policy.workspace import resolve_workspace
@@ -56,6 +62,18 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     max_budget_usd: float | None = None
     # The credentials among ``env``'s values: the daemon masks them in all of the run's output.
     secrets: tuple[str, ...] = ()
+
+
+def resolve_mode(config: Config, requested: str | None) -> Mode:
+    """The mode a run gets: the request's, or the operator's default; 403 when not allowed."""
+    name = config.policy.default_mode if requested is None else requested
+    allowed = config.policy.allowed_modes
+    if name not in allowed or name not in REQUEST_MODES:
+        raise PolicyError(
+            MODE_NOT_ALLOWED,
+            f"mode {name!r} is not allowed here; allowed modes: {', '.join(allowed)}",
+        )
+    return mode_for(name)
 
 
 def check_model(config: Config, requested: str | None) -> str | None:

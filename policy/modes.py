@@ -4,21 +4,18 @@ Request modes ``safe | accept_edits | auto | plan`` map to the CLI's
 ``manual | acceptEdits | auto | plan`` and to O Chat's ``manual | auto_approve``. The map is
 closed: there is no request, config or environment input that yields ``bypassPermissions`` or the
 dangerous flags, and ``names_bypass`` lets every other module refuse a string that tries.
+
+The vocabulary lives here, below the config schema that types ``[policy]`` with it; which mode
+one run gets under one config is decided above it (``policy.launch.resolve_mode``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Literal, get_args
+from typing import Final, Literal, get_args
 
 import msgspec
-
-from codelegate.policy.codes import MODE_NOT_ALLOWED
-from codelegate.policy.errors import PolicyError
-
-if TYPE_CHECKING:
-    from codelegate.policy.config import Config
 
 RequestMode = Literal["safe", "accept_edits", "auto", "plan"]
 CliMode = Literal["manual", "acceptEdits", "auto", "plan"]
@@ -68,15 +65,3 @@ def names_bypass(value: str) -> bool:
 def mode_for(request_mode: RequestMode) -> Mode:
     """The ``Mode`` for a request-vocabulary mode (total over ``RequestMode``)."""
     return Mode(request=request_mode, cli=_CLI_MODE[request_mode], ochat=_OCHAT_MODE[request_mode])
-
-
-def resolve_mode(config: Config, requested: str | None) -> Mode:
-    """The mode a run gets: the request's, or the operator's default; 403 when not allowed."""
-    name = config.policy.default_mode if requested is None else requested
-    allowed = config.policy.allowed_modes
-    if name not in allowed or name not in _CLI_MODE:
-        raise PolicyError(
-            MODE_NOT_ALLOWED,
-            f"mode {name!r} is not allowed here; allowed modes: {', '.join(allowed)}",
-        )
-    return mode_for(name)

@@ -1,12 +1,15 @@
-"""Fixtures shared by every test folder. Each folder keeps its own conftest for the rest."""
+"""The test suite's root: the paths and the pinned CLI every folder may need.
+
+The fixtures every folder may use are in tests/fixtures.py, registered here as a plugin; each
+folder keeps its own conftest for the rest.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -18,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "tests" / "translator" / "golden" / "reference"
 PINNED_CLAUDE_VERSION = CLAUDE_CODE_VERSION
 
+pytest_plugins = ["tests.fixtures"]
+
 
 def pinned_claude() -> str | None:
     """The pinned Claude Code CLI that `make test` installs, or None when it is not there."""
@@ -27,29 +32,8 @@ def pinned_claude() -> str | None:
     return candidate if shutil.which(candidate) else None
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder for Unix sockets: sun_path holds at most 107 bytes, and pytest's
-    tmp_path can be longer."""
-    path = Path(tempfile.mkdtemp(prefix="cl-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def claude_bin() -> str:
-    path = pinned_claude()
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("the pinned Claude Code CLI is missing; run `make test`")
-        pytest.skip("the pinned Claude Code CLI is not installed (run `make test`)")
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _own_state_dir(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Development defaults live in $XDG_STATE_HOME/codelegate (clients.tool.state_dir): no test
-    # may read the config `make run` wrote for the user, nor write beside it.
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+def unavailable(why: str) -> NoReturn:
+    """A test's tool or input is missing: skipped here, failed on CI (where every test runs)."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{why}; on CI every test must run")
+    pytest.skip(why)

@@ -37,8 +37,8 @@ from codelegate.daemon.store.queries import make_parent
 from codelegate.daemon.supervision.procs import become_subreaper
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.checks import token_problem
+from codelegate.policy.child_env import passed_secrets
 from codelegate.policy.config import Config, ServerConfig, parse_tcp, socket_mode_bits
-from codelegate.policy.environment import passed_secrets
 
 _log = structlog.get_logger("codelegate.server")
 

@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.e2e.conftest import E2E, daemon_claude, daemon_policy, daemon_server, e2e
-
-__all__ = ["daemon_claude", "daemon_policy", "daemon_server", "e2e"]
+from tests.e2e.conftest import E2E
+from tests.stub.loopback import on_loopback
 
 Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 IO_TIMEOUT = 60.0
@@ -81,16 +80,9 @@ class Model:
 async def serve_model(model: Model) -> AsyncIterator[Model]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", model._complete)
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    model.url = f"http://{host}:{port}/v1"
-    try:
+    async with on_loopback(app) as url:
+        model.url = f"{url}/v1"
         yield model
-    finally:
-        await runner.cleanup()
 
 
 @dataclass

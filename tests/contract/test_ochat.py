@@ -13,7 +13,6 @@ follow-up run under the same parent tool call.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ import pytest
 
 from codelegate.translator import Outcome, RunContext, Translator
 from codelegate.translator.frames import Frame, encode_frame
+from tests.conftest import unavailable
 from tests.translator.helpers import CWD
 from tests.translator.test_golden import CASES, SETS, _launch, _manifest
 
@@ -50,9 +50,7 @@ def show() -> Show:
     elif node is None:
         missing = "node is not on PATH (O Chat's normalizer runs in node)"
     if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{missing}: the O Chat contract must run in CI")
-        pytest.skip(missing)
+        unavailable(missing)
     assert node is not None
 
     def run(*feeds: Sequence[Frame]) -> list[list[Items]]:
@@ -135,20 +133,29 @@ def _messages(frames: list[dict[str, Any]]) -> list[str]:
     return list(texts.values())
 
 
-@pytest.mark.parametrize(("set_name", "path", "entry"), CASES)
+@pytest.fixture(params=[pytest.param(each.values, id=each.id) for each in CASES])
+def case(request: pytest.FixtureRequest) -> tuple[Path, dict[str, Any]]:
+    """One golden transcript (either set) and its manifest entry."""
+    _, path, entry = request.param
+    return path, entry
+
+
+@pytest.fixture
+def frames(case: tuple[Path, dict[str, Any]]) -> list[Frame]:
+    """The frames the translator makes of ``case``."""
+    return _frames(*case)
+
+
 def test_o_chat_shows_every_row_in_opening_order_and_no_raw_command_or_path(
-    show: Show, set_name: str, path: Path, entry: dict[str, Any]
+    show: Show, frames: list[Frame]
 ) -> None:
-    frames = _data(_frames(path, entry))
-    (steps,) = show(_frames(path, entry))
-    _check_rows(frames, steps)
+    (steps,) = show(frames)
+    _check_rows(_data(frames), steps)
 
 
-@pytest.mark.parametrize(("set_name", "path", "entry"), CASES)
 def test_o_chat_shows_every_assistant_message_once_and_the_final_answer(
-    show: Show, set_name: str, path: Path, entry: dict[str, Any]
+    show: Show, frames: list[Frame]
 ) -> None:
-    frames = _frames(path, entry)
     data = _data(frames)
     (steps,) = show(frames)
     invocation = _invocation(steps[-1])
@@ -161,11 +168,7 @@ def test_o_chat_shows_every_assistant_message_once_and_the_final_answer(
     assert invocation["status"] == ("completed" if final["status"] == "completed" else "failed")
 
 
-@pytest.mark.parametrize(("set_name", "path", "entry"), CASES)
-def test_o_chat_shows_the_same_items_after_a_reconnect(
-    show: Show, set_name: str, path: Path, entry: dict[str, Any]
-) -> None:
-    frames = _frames(path, entry)
+def test_o_chat_shows_the_same_items_after_a_reconnect(show: Show, frames: list[Frame]) -> None:
     data = _data(frames)
     middle = len(frames) // 2
     feeds = [
@@ -216,10 +219,10 @@ def test_o_chat_shows_a_follow_up_run_under_the_same_parent(show: Show) -> None:
     assert [m["text"] for m in final["messages"]] == _messages(_data(first)) + second_texts
 
 
-@pytest.mark.parametrize(("set_name", "path", "entry"), CASES)
 def test_o_chat_cards_without_a_work_room_show_progress_then_their_result(
-    show: Show, set_name: str, path: Path, entry: dict[str, Any]
+    show: Show, case: tuple[Path, dict[str, Any]]
 ) -> None:
+    path, entry = case
     ctx, outcome = _launch(entry)
     ctx = msgspec.structs.replace(ctx, parent_tool_call_id=None)
     frames = _translate(ctx, path.read_bytes(), outcome)[0]

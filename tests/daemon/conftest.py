@@ -8,10 +8,9 @@ aiohttp client session over that socket.
 from __future__ import annotations
 
 import asyncio
-import io
-import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,34 +18,12 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
-import structlog
 
-from codelegate.daemon import logs
 from codelegate.daemon.serving.server import ServerHandle, start_server
 from codelegate.policy.config import Config, development_config
 from tests.fakes import FAKE_CLAUDE
 
 BASE = "http://codelegate"
-
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    """The daemon's logging configured as ``serve`` does, into this stream; restored after."""
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
-    stream = io.StringIO()
-    logs.configure(level="info", stream=stream)
-    yield stream
-    structlog.reset_defaults()
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    (ws / "sub").mkdir(parents=True)
-    return ws
 
 
 def make_config(short_dir: Path, workspace: Path, **sections: dict[str, Any]) -> Config:
@@ -59,6 +36,14 @@ def make_config(short_dir: Path, workspace: Path, **sections: dict[str, Any]) ->
     for section, values in sections.items():
         raw[section].update(values)
     return msgspec.convert(raw, Config)
+
+
+def tcp_listener(folder: Path, token: str, **server: Any) -> dict[str, Any]:
+    """A ``[server]`` section with a TCP listener on a free loopback port whose bearer token is
+    ``token`` (written to ``folder/token``), plus the ``server`` keys given."""
+    token_file = folder / "token"
+    token_file.write_text(token + "\n")
+    return {"tcp": "127.0.0.1:0", "token_file": str(token_file), **server}
 
 
 def child_environ(home: Path) -> dict[str, str]:
@@ -104,6 +89,16 @@ async def stop_daemon(d: Daemon) -> None:
     await d.handle.close()
 
 
+@asynccontextmanager
+async def running_daemon(config: Config, home: Path) -> AsyncIterator[Daemon]:
+    """``start_daemon`` for the length of a block, stopped however the block ends."""
+    d = await start_daemon(config, home)
+    try:
+        yield d
+    finally:
+        await stop_daemon(d)
+
+
 @pytest.fixture
 def config(short_dir: Path, workspace: Path) -> Config:
     return make_config(short_dir, workspace)
@@ -111,9 +106,8 @@ def config(short_dir: Path, workspace: Path) -> Config:
 
 @pytest.fixture
 async def daemon(config: Config, tmp_path: Path) -> AsyncIterator[Daemon]:
-    d = await start_daemon(config, tmp_path)
-    yield d
-    await stop_daemon(d)
+    async with running_daemon(config, tmp_path) as d:
+        yield d
 
 
 async def next_frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from codelegate.daemon import runs as runs_module
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.request import request_body_limit
-from tests.daemon.conftest import BASE, Daemon, make_config, start_daemon, stop_daemon
+from tests.daemon.conftest import BASE, Daemon, make_config, running_daemon
 
 
 class Spawns(list[tuple[str, ...]]):
@@ -146,8 +146,9 @@ async def test_refusals_spawn_nothing(
 async def test_task_too_large_is_413(
     short_dir: Path, workspace: Path, tmp_path: Path, spawns: Spawns
 ) -> None:
-    d = await start_daemon(make_config(short_dir, workspace, limits={"task_bytes": 1024}), tmp_path)
-    try:
+    async with running_daemon(
+        make_config(short_dir, workspace, limits={"task_bytes": 1024}), tmp_path
+    ) as d:
         status, body = await d.json("POST", "/v1/runs", json={"task": "x" * 2000})
         assert (status, body["error"]["code"]) == (413, "task_too_large")
         # A body just past policy's bound is still read, and refused by policy with the limit;
@@ -158,8 +159,6 @@ async def test_task_too_large_is_413(
         assert "1024 bytes" in body["error"]["message"]
         status, body = await d.json("POST", "/v1/runs", data=b"x" * (1024 * 1024))
         assert (status, body["error"]["code"]) == (413, "body_too_large")
-    finally:
-        await stop_daemon(d)
     assert spawns == []
 
 
@@ -167,8 +166,7 @@ async def test_capacity_429_and_busy_session_409(
     short_dir: Path, workspace: Path, tmp_path: Path, spawns: Spawns
 ) -> None:
     config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 1})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         first = await (await d.post_run("hello", wait=True)).json()
         resp = await d.post_run("fake: hang after=init", resume=first["session_id"])
         assert resp.status == 202
@@ -179,12 +177,9 @@ async def test_capacity_429_and_busy_session_409(
         status, _ = await d.json("POST", f"/v1/runs/{hanging}/cancel")
         assert status == 202
         await d.events(hanging)
-    finally:
-        await stop_daemon(d)
 
     config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 2})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         resp = await d.post_run("fake: hang after=init", resume=first["session_id"])
         assert resp.status == 202
         status, body = await d.json(
@@ -192,8 +187,6 @@ async def test_capacity_429_and_busy_session_409(
         )
         assert (status, body["error"]["code"]) == (409, "session_busy")
         await spawned(spawns, 3)
-    finally:
-        await stop_daemon(d)
 
 
 async def test_resume_passes_resume_and_other_workspace_is_refused(
@@ -262,8 +255,7 @@ async def test_concurrent_requests_do_not_exceed_capacity(
     short_dir: Path, workspace: Path, tmp_path: Path, spawns: Spawns
 ) -> None:
     config = make_config(short_dir, workspace, policy={"max_concurrent_runs": 2})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         answers = await asyncio.gather(
             *(d.json("POST", "/v1/runs", json={"task": "fake: hang"}) for _ in range(6))
         )
@@ -271,16 +263,13 @@ async def test_concurrent_requests_do_not_exceed_capacity(
         _, listed = await d.json("GET", "/v1/runs")
         assert [r["status"] for r in listed["runs"]] == ["running", "running"]
         await spawned(spawns, 2)  # the two accepted runs spawn, and only they
-    finally:
-        await stop_daemon(d)
 
 
 async def test_a_cli_that_cannot_start_fails_the_run(
     short_dir: Path, workspace: Path, tmp_path: Path
 ) -> None:
     config = make_config(short_dir, workspace, claude={"path": str(tmp_path / "no-claude")})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         resp = await d.post_run("hello", wait=True)
         assert resp.status == 200
         result = await resp.json()
@@ -290,5 +279,3 @@ async def test_a_cli_that_cannot_start_fails_the_run(
         _, health = await d.json("GET", "/healthz")
         assert health["runs_active"] == 0
         assert health["cli_version"] is None
-    finally:
-        await stop_daemon(d)

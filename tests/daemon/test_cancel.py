@@ -10,8 +10,7 @@ from tests.daemon.conftest import (
     frames_until_result,
     make_config,
     next_frame,
-    start_daemon,
-    stop_daemon,
+    running_daemon,
 )
 
 
@@ -22,8 +21,7 @@ async def _cancel_an_unanswering_cli(
     lines it got after the prompt (plus "SIGTERM" when one reached it)."""
     record = tmp_path / "stdin.log"
     config = make_config(short_dir, workspace, policy={"interrupt_grace_s": grace})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         resp = await d.post_run(f"fake: ignore_interrupt lines={record}")
         assert resp.status == 202
         run_id = (await resp.json())["run_id"]
@@ -39,8 +37,6 @@ async def _cancel_an_unanswering_cli(
         await run.settled.wait()
         status, state = await d.json("GET", f"/v1/runs/{run_id}")
         assert status == 200
-    finally:
-        await stop_daemon(d)
     return state, record.read_text().splitlines()
 
 

@@ -22,6 +22,7 @@ from tests.daemon.conftest import (
     Daemon,
     frames_until_result,
     next_frame,
+    running_daemon,
     start_daemon,
     stop_daemon,
 )
@@ -94,13 +95,10 @@ async def test_timeout_ends_the_run_as_timeout(
     from tests.daemon.conftest import make_config
 
     config = make_config(short_dir, workspace, policy={"run_timeout_s": 1.0})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         resp = await d.post_run("fake: hang after=init", wait=True)
         result = await resp.json()
         assert result["status"] == "timeout"
-    finally:
-        await stop_daemon(d)
 
 
 async def test_ws_replay_then_live_without_gap_for_many_subscribers(daemon: Daemon) -> None:
@@ -154,21 +152,15 @@ async def test_ws_subscribe_messages(daemon: Daemon) -> None:
 
 
 async def test_restart_replays_the_same_frames(config: Config, tmp_path: Path) -> None:
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         result = await (await d.post_run("hello", wait=True)).json()
         before = await d.events(result["run_id"])
         _, state_before = await d.json("GET", f"/v1/runs/{result['run_id']}")
-    finally:
-        await stop_daemon(d)
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         after = await d.events(result["run_id"])
         _, state_after = await d.json("GET", f"/v1/runs/{result['run_id']}")
         async with d.ws(f"?run={result['run_id']}&after=1") as ws:
             over_ws = await frames_until_result(ws)
-    finally:
-        await stop_daemon(d)
     assert after == before
     assert over_ws == before[1:]
     assert state_after["result"] == state_before["result"]
@@ -187,18 +179,12 @@ async def test_a_follow_up_under_the_same_parent_continues_the_work_room_across_
         assert result["status"] == "completed"
         return await d.events(result["run_id"])
 
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         runs = [await frames_of(d), await frames_of(d)]
-    finally:
-        await stop_daemon(d)
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         runs.append(await frames_of(d))
         other = await (await d.post_run("hello", wait=True, parent={"tool_call_id": "c2"})).json()
         fresh = await d.events(other["run_id"])
-    finally:
-        await stop_daemon(d)
     revisions = [f["stateRevision"] for run in runs for f in run if "stateRevision" in f]
     assert revisions == list(range(1, len(revisions) + 1))
     rows = [f["sequence"] for run in runs for f in run if f["type"] == "provider_activity"]
@@ -239,12 +225,9 @@ async def test_runs_left_running_are_closed_as_interrupted(config: Config, tmp_p
     await store.flush()
     await store.close()
 
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         _, state = await d.json("GET", f"/v1/runs/{run_id}")
         replay = await d.events(run_id)
-    finally:
-        await stop_daemon(d)
     assert state["status"] == "interrupted"
     assert [f["seq"] for f in replay] == list(range(1, len(replay) + 1))
     assert [msgspec.json.encode(f) for f in replay[: len(frames)]] == [
@@ -372,8 +355,7 @@ async def test_long_runs_keep_a_bounded_log_and_replay_the_rest_from_the_store(
     from tests.daemon.conftest import make_config
 
     config = make_config(short_dir, workspace, limits={"replay_frames": 100})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         async with d.ws("?run=*") as first:
             resp = await d.post_run("fake: tools n=1200 rate=1500")
             run_id = (await resp.json())["run_id"]
@@ -389,8 +371,6 @@ async def test_long_runs_keep_a_bounded_log_and_replay_the_rest_from_the_store(
         assert [f["seq"] for f in joined] == list(range(1, joined[-1]["seq"] + 1))
         assert await d.events(run_id) == joined
         assert len(run.log) <= 125
-    finally:
-        await stop_daemon(d)
 
 
 class _Flood:

@@ -16,27 +16,9 @@ import pytest
 
 from codelegate.daemon.store.store import RunStore
 from tests.daemon.conftest import BASE
-from tests.fakes import FAKE_CLAUDE
+from tests.reliability.served import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def write_config(dir_: Path, workspace: Path) -> Path:
-    path = dir_ / "codelegate.toml"
-    path.write_text(
-        f"""
-[server]
-socket = "{dir_ / "d.sock"}"
-[claude]
-path = "{FAKE_CLAUDE}"
-[policy]
-workspaces = ["{workspace}"]
-cancel_grace_s = 1.0
-[store]
-path = "{dir_ / "store.db"}"
-"""
-    )
-    return path
 
 
 @pytest.fixture

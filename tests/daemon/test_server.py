@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from codelegate.daemon.serving.server import ServerError, bind_unix_socket, start_server
-from tests.daemon.conftest import BASE, child_environ, make_config, start_daemon, stop_daemon
+from tests.daemon.conftest import BASE, child_environ, make_config, running_daemon, tcp_listener
 
 TOKEN = "t0k3n-for-tests-0123456789abcdef"
 
@@ -20,13 +20,10 @@ async def test_socket_has_the_configured_mode(
     short_dir: Path, workspace: Path, tmp_path: Path
 ) -> None:
     config = make_config(short_dir, workspace, server={"socket_mode": "0600"})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path):
         st = os.stat(short_dir / "d.sock")
         assert stat.S_ISSOCK(st.st_mode)
         assert stat.S_IMODE(st.st_mode) == 0o600
-    finally:
-        await stop_daemon(d)
     assert not (short_dir / "d.sock").exists()  # removed on shutdown
 
 
@@ -53,14 +50,11 @@ async def test_peer_with_another_uid_is_refused(
     short_dir: Path, workspace: Path, tmp_path: Path
 ) -> None:
     config = make_config(short_dir, workspace, server={"allowed_uids": [os.getuid() + 1]})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         status, body = await d.json("GET", "/healthz")
         assert (status, body["error"]["code"]) == (403, "peer_not_allowed")
         status, body = await d.json("POST", "/v1/runs", json={"task": "x"})
         assert status == 403
-    finally:
-        await stop_daemon(d)
 
 
 async def test_peer_allowed_by_group(short_dir: Path, workspace: Path, tmp_path: Path) -> None:
@@ -69,28 +63,16 @@ async def test_peer_allowed_by_group(short_dir: Path, workspace: Path, tmp_path:
         workspace,
         server={"allowed_uids": [os.getuid() + 1], "allowed_gids": [os.getgid()]},
     )
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         status, _ = await d.json("GET", "/healthz")
         assert status == 200
-    finally:
-        await stop_daemon(d)
 
 
 async def test_tcp_needs_the_token_and_an_allowed_origin(
     short_dir: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    config = make_config(
-        short_dir,
-        workspace,
-        server={
-            "tcp": "127.0.0.1:0",
-            "token_file": str(token_file),
-            "allowed_origins": ["https://chat.example.com"],
-        },
-    )
+    server = tcp_listener(tmp_path, TOKEN, allowed_origins=["https://chat.example.com"])
+    config = make_config(short_dir, workspace, server=server)
     handle = await start_server(config, environ=child_environ(tmp_path))
     try:
         assert handle.tcp_port
@@ -120,23 +102,15 @@ async def test_tcp_needs_the_token_and_an_allowed_origin(
         await handle.close()
 
 
-async def test_tcp_without_a_readable_token_does_not_start(
-    short_dir: Path, workspace: Path, tmp_path: Path
+@pytest.mark.parametrize(("token", "refusal"), [(None, "token_file"), ("abc", "at least 16")])
+async def test_tcp_without_a_readable_token_of_16_bytes_does_not_start(
+    short_dir: Path, workspace: Path, tmp_path: Path, token: str | None, refusal: str
 ) -> None:
-    config = make_config(
-        short_dir,
-        workspace,
-        server={"tcp": "127.0.0.1:0", "token_file": str(tmp_path / "missing")},
-    )
-    with pytest.raises(ServerError, match="token_file"):
-        await start_server(config)
-    (tmp_path / "short").write_text("abc")
-    config = make_config(
-        short_dir,
-        workspace,
-        server={"tcp": "127.0.0.1:0", "token_file": str(tmp_path / "short")},
-    )
-    with pytest.raises(ServerError, match="at least 16"):
+    server = tcp_listener(tmp_path, token or "")
+    if token is None:
+        (tmp_path / "token").unlink()
+    config = make_config(short_dir, workspace, server=server)
+    with pytest.raises(ServerError, match=refusal):
         await start_server(config)
     assert not (short_dir / "d.sock").exists()
 

@@ -14,12 +14,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures import short_folder
 from tests.stub.anthropic import Stub, serve_stub
 from tests.stub.claude import API_KEY
 
@@ -72,10 +72,9 @@ def test_the_readme_blocks_this_test_runs_are_there() -> None:
 @pytest.fixture
 def home() -> Iterator[Path]:
     # Short: the socket path under it must fit in sun_path (107 bytes).
-    path = Path(tempfile.mkdtemp(prefix="cl-doc-"))
-    (path / "proj").mkdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with short_folder("cl-doc-") as path:
+        (path / "proj").mkdir()
+        yield path
 
 
 @pytest.fixture

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
-import pytest
 
 from codelegate.daemon.serving.server import ServerHandle, start_server
 from codelegate.daemon.serving.state import manager_of
 from codelegate.policy.config import Config, development_config
-from tests.stub.anthropic import Stub, serve_stub
+from tests.stub.anthropic import Stub
 from tests.stub.claude import API_KEY
 
 BASE = "http://codelegate"
@@ -129,47 +127,6 @@ def workspace_tree(tmp_path: Path) -> tuple[Path, Path, Path]:
     return root, workspace, home
 
 
-@pytest.fixture
-def daemon_policy() -> dict[str, Any]:
-    """Extra ``[policy]`` settings; a test overrides it with ``parametrize("daemon_policy", …)``."""
-    return {}
-
-
-@pytest.fixture
-def daemon_claude() -> dict[str, Any]:
-    """Extra ``[claude]`` settings; a test overrides it with ``parametrize("daemon_claude", …)``."""
-    return {}
-
-
-@pytest.fixture
-def daemon_server() -> dict[str, Any]:
-    """Extra ``[server]`` settings (a TCP listener, say); overridden like ``daemon_claude``."""
-    return {}
-
-
-@pytest.fixture
-async def e2e(
-    claude_bin: str,
-    tmp_path: Path,
-    short_dir: Path,
-    daemon_policy: dict[str, Any],
-    daemon_claude: dict[str, Any],
-    daemon_server: dict[str, Any],
-) -> AsyncIterator[E2E]:
-    """A started daemon (development defaults) against a fresh stub; script ``e2e.stub``."""
-    root, workspace, home = workspace_tree(tmp_path)
-    stub = Stub()
-    async with serve_stub(stub):
-        env = E2E(stub, workspace, home)
-        policy = {"allowed_tools": ["Bash(python3:*)", "Bash(env:*)"], **daemon_policy}
-        config = e2e_config(claude_bin, root, short_dir, daemon_claude, daemon_server, **policy)
-        await env.start(config)
-        try:
-            yield env
-        finally:
-            await env.stop()
-
-
 async def next_frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
     msg = await asyncio.wait_for(ws.receive(), FRAME_TIMEOUT)
     assert msg.type == aiohttp.WSMsgType.TEXT, msg
@@ -195,20 +152,4 @@ def is_run_result(frame: dict[str, Any]) -> bool:
     return bool(frame["type"] == "run_result")
 
 
-def marked_processes(run_id: str) -> list[int]:
-    """Live processes carrying this run's marker in their environment (DESIGN: supervision)."""
-    needle = f"CODELEGATE_RUN_ID={run_id}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read()
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and needle in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
+# END

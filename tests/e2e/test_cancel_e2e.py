@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from codelegate.daemon.serving.state import manager_of
-from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
+from tests.e2e.conftest import E2E, frames_until, is_run_result
+from tests.procfs import marked_processes
 from tests.stub.anthropic import Turn, text, tool
 
 pytestmark = pytest.mark.e2e

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import BASE, E2E, frames_until, is_run_result, marked_processes
-from tests.stub.anthropic import Turn, error, text, tool
+from tests.e2e.conftest import BASE, E2E, frames_until, is_run_result
+from tests.procfs import cmdline, marked_processes
+from tests.stub.anthropic import Turn, error, start_subagent, text, tool
 from tests.stub.claude import API_KEY
 
 pytestmark = pytest.mark.e2e
@@ -55,14 +56,6 @@ def final_texts(frames: list[dict[str, Any]]) -> list[str]:
     return list(texts.values())
     assert frames[-1]["type"] == "run_result"
     assert [f["seq"] for f in frames] == list(range(frames[0]["seq"], frames[-1]["seq"] + 1))
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
 
 
 def edit_script(e2e: E2E, final: Turn) -> list[Turn]:
@@ -261,12 +254,7 @@ async def test_env_dump_reaches_clients_redacted(e2e: E2E) -> None:
 async def test_subagent_cards_nest_under_their_task_card(e2e: E2E) -> None:
     marker = "[[e2e-subagent]]"
     e2e.stub.main.turns = [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{marker} Read hello.py.",
-            subagent_type="general-purpose",
-        ),
+        start_subagent("Read hello.py", f"{marker} Read hello.py.", background=None),
         text("Started a subagent."),
         text("The subagent is done."),
     ]

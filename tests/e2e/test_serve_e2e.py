@@ -15,7 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.e2e.conftest import BASE, marked_processes, workspace_tree
+from tests.e2e.conftest import BASE, workspace_tree
+from tests.procfs import marked_processes
+from tests.reliability.served import write_config
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 from tests.stub.claude import API_KEY
 
@@ -41,29 +43,6 @@ class Notifications:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def write_config(path: Path, claude: str, root: Path, state: Path) -> None:
-    path.write_text(
-        f"""
-[server]
-socket = "{state / "d.sock"}"
-
-[claude]
-path = "{claude}"
-
-[policy]
-workspaces = ["{root}"]
-default_mode = "accept_edits"
-allowed_modes = ["safe", "accept_edits"]
-allowed_tools = ["Bash(python3:*)"]
-max_concurrent_runs = 2
-run_timeout_s = 120
-
-[store]
-path = "{state / "store.db"}"
-"""
-    )
 
 
 class Served:
@@ -113,8 +92,13 @@ async def served(
     if not CODELEGATE.exists():
         pytest.skip("the codelegate console script is not installed in this venv")
     root, workspace, home = workspace_tree(tmp_path)
-    config = tmp_path / "codelegate.toml"
-    write_config(config, claude_bin, root, short_dir)
+    config = write_config(
+        short_dir,
+        root,
+        claude_bin,
+        policy='default_mode = "accept_edits"\nallowed_modes = ["safe", "accept_edits"]\n'
+        'allowed_tools = ["Bash(python3:*)"]\nmax_concurrent_runs = 2\nrun_timeout_s = 120\n',
+    )
     notify = Notifications(short_dir / "n.sock")
     stub = Stub()
     async with serve_stub(stub):

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from codelegate.daemon.clients import tool as thin_tool
-from tests.e2e.conftest import E2E, frames_until, is_run_result, marked_processes
+from tests.e2e.conftest import E2E, frames_until, is_run_result
+from tests.procfs import marked_processes
 from tests.stub.anthropic import Turn, text, tool
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,6 @@ XREAD), never sleeps.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -28,18 +27,18 @@ from codelegate.daemon.fanout import Publisher
 from codelegate.daemon.fanout_keys import stream_key
 from codelegate.daemon.serving.state import STATE
 from codelegate.policy.config import Config
+from tests.conftest import unavailable
 from tests.daemon.conftest import (
     BASE,
     Daemon,
     make_config,
     start_daemon,
     stop_daemon,
-    workspace,
 )
 from tests.fanout.redis_server import RedisServer
 from tests.reliability.conftest import post, wait_done
 
-__all__ = ["RedisServer", "workspace"]  # the daemon suite's fixtures, shared
+__all__ = ["RedisServer"]
 
 PREFIX = "cltest"
 SETTLE_S = 60.0  # bound on waiting for Redis to hold everything (fails the test, never sleeps)
@@ -48,9 +47,7 @@ SETTLE_S = 60.0  # bound on waiting for Redis to hold everything (fails the test
 def _redis_server() -> str:
     path = shutil.which("redis-server")
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("redis-server is missing; run `make test` (it installs it)")
-        pytest.skip("redis-server is not installed (run `make test`)")
+        unavailable("redis-server is not installed (run `make test`)")
     return path
 
 

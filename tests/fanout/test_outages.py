@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 import codelegate.daemon.fanout
 from codelegate.policy.config import Config
 from tests.daemon.conftest import Daemon, start_daemon, stop_daemon
+from tests.fakes import CHATTY_CLAUDE
 from tests.fanout.conftest import (
     RedisServer,
     expected_entries,
@@ -24,7 +25,7 @@ from tests.fanout.conftest import (
     settled,
     stream,
 )
-from tests.reliability.conftest import CHATTY_CLAUDE, post, wait_done
+from tests.reliability.conftest import post, wait_done
 
 PARENT = {"tool_call_id": "call_fleet"}  # its provider_invocation is frame 1, before the gate
 

@@ -26,10 +26,12 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Unpack
 
 from tests.conftest import pinned_claude
+from tests.golden.conftest import HELLO_PY, CliSandbox
 from tests.stub.anthropic import (
     Stub,
     Text,
@@ -38,11 +40,12 @@ from tests.stub.anthropic import (
     Turn,
     error,
     serve_stub,
+    start_subagent,
     text,
     tool,
     tools,
 )
-from tests.stub.claude import ClaudeRun, run_claude
+from tests.stub.claude import ClaudeRun, Session
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "transcripts"
 DEMO_WORKSPACE = "/srv/workspaces/demo"
@@ -56,50 +59,31 @@ SLOW_PY = (
 )
 
 
-@dataclass
-class Sandbox:
-    """One scenario's temp workspace, HOME and stub; runs the CLI in them."""
+class Sandbox(CliSandbox):
+    """One scenario's temp workspace, HOME and stub; runs the CLI in them (with the machine's
+    TMPDIR: the env dump shows it)."""
 
-    claude: str
-    root: Path
-    stub: Stub
-    workspace: Path = field(init=False)
-    home: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.workspace = self.root / "ws"
-        self.home = self.root / "home"
+    def __init__(self, claude: str, root: Path, stub: Stub) -> None:
+        super().__init__(claude, root / "ws", root / "home")
+        self.root = root
+        self.stub = stub
         self.workspace.mkdir()
         self.home.mkdir()
-        (self.workspace / "hello.py").write_text('print("hello world")\n')
+        (self.workspace / "hello.py").write_text(HELLO_PY)
         (self.workspace / "notes.md").write_text("# Notes\n\nTODO: say hello\n")
 
-    def path(self, name: str) -> str:
-        return str(self.workspace / name)
-
-    async def run(
+    async def ask(
         self,
         prompt: str,
         *,
-        mode: str = "acceptEdits",
-        resume: str | None = None,
-        session_id: str | None = None,
         extra: Sequence[str] = (),
         env: dict[str, str] | None = None,
-        time_limit: float = 90.0,
+        **session: Unpack[Session],
     ) -> ClaudeRun:
-        return await run_claude(
-            self.claude,
-            self.stub.url,
-            prompt,
-            workspace=self.workspace,
-            home=self.home,
-            mode=mode,
-            resume=resume,
-            session_id=session_id,
-            extra_args=extra,
-            env={"PATH": CAPTURE_PATH, **(env or {})},
-            time_limit=time_limit,
+        """Run the CLI once against the scenario's stub (served by ``capture``)."""
+        env = {"PATH": CAPTURE_PATH, **(env or {})}
+        return await self.launch(
+            self.stub.url, prompt, extra=extra, env=env, time_limit=90.0, **session
         )
 
 
@@ -135,7 +119,7 @@ def one_run(
     prompt: str, *, mode: str = "acceptEdits", extra: Sequence[str] = (), **env: str
 ) -> Body:
     async def body(sb: Sandbox) -> dict[str, ClaudeRun]:
-        return {"": await sb.run(prompt, mode=mode, extra=extra, env=env)}
+        return {"": await sb.ask(prompt, mode=mode, extra=extra, env=env)}
 
     return body
 
@@ -212,6 +196,18 @@ scenario(
 )(one_run("Write new.txt, then read hello.py.", mode="manual"))
 
 SUB = "[[subagent-a]]"
+ASK_SUBAGENT = f"{SUB} Read hello.py and report what it prints."
+
+
+def _subagent_reads(say: str | None = None) -> Callable[[Sandbox], dict[str, list[Turn]]]:
+    """The subagent of the Agent scenarios: it reads hello.py and says what it prints."""
+    return lambda sb: {
+        SUB: [
+            tool("Read", say=say, file_path=sb.path("hello.py")),
+            text("hello.py prints 'hello world'."),
+        ]
+    }
+
 
 scenario(
     "subagent_foreground",
@@ -219,21 +215,10 @@ scenario(
     "parent_tool_use_id = the Agent tool_use id, plus task_started/task_progress/task_notification "
     "(local_agent); the Agent tool_result comes after the subagent finished",
     lambda sb: [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{SUB} Read hello.py and report what it prints.",
-            subagent_type="general-purpose",
-            run_in_background=False,
-        ),
+        start_subagent("Read hello.py", ASK_SUBAGENT, background=False),
         text("The subagent says hello.py prints hello world."),
     ],
-    lambda sb: {
-        SUB: [
-            tool("Read", file_path=sb.path("hello.py")),
-            text("hello.py prints 'hello world'."),
-        ]
-    },
+    _subagent_reads(),
 )(one_run("Use a subagent to find out what hello.py prints."))
 
 scenario(
@@ -243,23 +228,10 @@ scenario(
     "parent_tool_use_id = the Agent tool_use id (whether its partial messages stream too shows "
     "in the stream_event lines' parent_tool_use_id)",
     lambda sb: [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{SUB} Read hello.py and report what it prints.",
-            subagent_type="general-purpose",
-            run_in_background=False,
-        ),
+        start_subagent("Read hello.py", ASK_SUBAGENT, background=False),
         text("The subagent says hello.py prints hello world."),
     ],
-    lambda sb: {
-        SUB: [
-            tool(
-                "Read", say="Reading hello.py for the parent agent.", file_path=sb.path("hello.py")
-            ),
-            text("hello.py prints 'hello world'."),
-        ]
-    },
+    _subagent_reads(say="Reading hello.py for the parent agent."),
 )(
     one_run(
         "Use a subagent to find out what hello.py prints.",
@@ -273,21 +245,11 @@ scenario(
     "at once, the main turn ends with a first result line; the subagent's Read, task_progress and "
     "task_notification come later, then a second system/init and a second result (result_index)",
     lambda sb: [
-        tool(
-            "Agent",
-            description="Read hello.py",
-            prompt=f"{SUB} Read hello.py and report what it prints.",
-            subagent_type="general-purpose",
-        ),
+        start_subagent("Read hello.py", ASK_SUBAGENT, background=None),
         text("I started a subagent; I will report when it finishes."),
         text("The subagent finished: hello.py prints hello world."),
     ],
-    lambda sb: {
-        SUB: [
-            tool("Read", file_path=sb.path("hello.py")),
-            text("hello.py prints 'hello world'."),
-        ]
-    },
+    _subagent_reads(),
 )(one_run("Use a background subagent to find out what hello.py prints."))
 
 scenario(
@@ -407,9 +369,9 @@ scenario(
 
 
 async def _resume(sb: Sandbox) -> dict[str, ClaudeRun]:
-    first = await sb.run("Read hello.py.")
+    first = await sb.ask("Read hello.py.")
     assert first.session_id is not None
-    second = await sb.run("Now change it to say hello there.", resume=first.session_id)
+    second = await sb.ask("Now change it to say hello there.", resume=first.session_id)
     seen = sb.stub.requests_of("main")[-1].history_text()
     if "Read hello.py." not in seen:
         raise RuntimeError("the resumed run did not send the first run's conversation")
@@ -435,7 +397,7 @@ scenario(
 
 
 async def _resume_unknown(sb: Sandbox) -> dict[str, ClaudeRun]:
-    return {"": await sb.run("Continue.", resume=str(uuid.uuid4()))}
+    return {"": await sb.ask("Continue.", resume=str(uuid.uuid4()))}
 
 
 scenario(

@@ -5,52 +5,75 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Unpack
 
 import pytest
 
 from tests.stub.anthropic import Stub, Turn, serve_stub
-from tests.stub.claude import ClaudeRun, run_claude
+from tests.stub.claude import ClaudeRun, Session, run_claude
+from tests.stub.control import ControlSession
+
+HELLO_PY = 'print("hello world")\n'
 
 
 @dataclass
 class CliSandbox:
-    """A workspace, a HOME and a private temp folder for one test's CLI runs."""
+    """A workspace, a HOME and a private temp folder for one test's CLI runs (and the capture
+    script's: tests/golden/capture.py)."""
 
     claude: str
     workspace: Path
     home: Path
-    tmp: Path
+    # The CLI's TMPDIR; None leaves the machine's.
+    tmp: Path | None = None
 
     def path(self, name: str) -> str:
         return str(self.workspace / name)
+
+    async def launch(
+        self,
+        url: str,
+        prompt: str,
+        *,
+        extra: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        time_limit: float = 60.0,
+        **session: Unpack[Session],
+    ) -> ClaudeRun:
+        """Run the CLI once against the stub served at ``url``."""
+        own = {} if self.tmp is None else {"TMPDIR": str(self.tmp)}
+        return await run_claude(
+            self.claude,
+            url,
+            prompt,
+            workspace=self.workspace,
+            home=self.home,
+            extra_args=extra,
+            env={**own, **(env or {})},
+            time_limit=time_limit,
+            **session,
+        )
+
+    async def control(self, url: str, **options: Any) -> ControlSession:
+        """The CLI started with stdin open against the stub served at ``url`` (``options``: those
+        of ``ControlSession.start``)."""
+        own = {} if self.tmp is None else {"TMPDIR": str(self.tmp)}
+        return await ControlSession.start(
+            self.claude, url, workspace=self.workspace, home=self.home, env=own, **options
+        )
 
     async def run(
         self,
         stub: Stub,
         prompt: str = "Do the task.",
         *,
-        mode: str = "acceptEdits",
-        resume: str | None = None,
-        session_id: str | None = None,
         extra: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
-        time_limit: float = 60.0,
+        **session: Unpack[Session],
     ) -> ClaudeRun:
         """Serve ``stub`` and run the CLI once against it."""
         async with serve_stub(stub):
-            return await run_claude(
-                self.claude,
-                stub.url,
-                prompt,
-                workspace=self.workspace,
-                home=self.home,
-                mode=mode,
-                resume=resume,
-                session_id=session_id,
-                extra_args=extra,
-                env={"TMPDIR": str(self.tmp), **(env or {})},
-                time_limit=time_limit,
-            )
+            return await self.launch(stub.url, prompt, extra=extra, env=env, **session)
 
     async def script(self, turns: Iterable[Turn], prompt: str = "Do the task.") -> ClaudeRun:
         return await self.run(Stub(turns), prompt)
@@ -63,5 +86,5 @@ def cli(claude_bin: str, tmp_path: Path) -> CliSandbox:
     tmp = tmp_path / "tmp"
     for folder in (workspace, home, tmp):
         folder.mkdir()
-    (workspace / "hello.py").write_text('print("hello world")\n')
+    (workspace / "hello.py").write_text(HELLO_PY)
     return CliSandbox(claude_bin, workspace, home, tmp)

@@ -26,6 +26,7 @@ from tests.stub.anthropic import (
     ToolUse,
     Turn,
     serve_stub,
+    start_subagent,
     text,
     tool,
     tools,
@@ -56,6 +57,19 @@ def measured(name: str, seconds: float) -> None:
     print(f"\nMEASURED {name}: {seconds * 1000:.0f} ms")
 
 
+# The fields of a can_use_tool request on 2.1.332 (a subagent's carries agent_id as well).
+CAN_USE_TOOL_FIELDS = {
+    "subtype",
+    "tool_name",
+    "display_name",
+    "input",
+    "description",
+    "permission_suggestions",
+    "blocked_path",
+    "tool_use_id",
+}
+
+
 @asynccontextmanager
 async def session(
     cli: CliSandbox,
@@ -69,17 +83,13 @@ async def session(
 ) -> AsyncIterator[ControlSession]:
     """Serve ``stub``, start the CLI with stdin open and initialize it; kill it on the way out."""
     async with serve_stub(stub):
-        s = await ControlSession.start(
-            cli.claude,
+        s = await cli.control(
             stub.url,
-            workspace=cli.workspace,
-            home=cli.home,
             resume=resume,
             permission_surface=surface,
             prompt_tool=prompt_tool,
             extra_args=extra or [],
             without_args=without or [],
-            env={"TMPDIR": str(cli.tmp)},
         )
         try:
             await s.initialize()
@@ -90,6 +100,11 @@ async def session(
 
 async def next_line(s: ControlSession, after: Line, predicate: Any = None) -> Line:
     return await s.wait_for(predicate or (lambda ln: True), after=s.index(after) + 1)
+
+
+def allowed(req: Line, **more: Any) -> dict[str, Any]:
+    """The answer to a can_use_tool ``req`` that allows it as asked (its input unchanged)."""
+    return {"behavior": "allow", "updatedInput": req["request"]["input"], **more}
 
 
 def tool_result(s: ControlSession, tool_use_id: str) -> tuple[Line, dict[str, Any]]:
@@ -123,13 +138,7 @@ async def test_initialize_is_answered_and_the_cli_outlives_its_result_until_stdi
 ) -> None:
     stub = Stub([text("First answer."), text("Second answer.")])
     async with serve_stub(stub):
-        s = await ControlSession.start(
-            cli.claude,
-            stub.url,
-            workspace=cli.workspace,
-            home=cli.home,
-            env={"TMPDIR": str(cli.tmp)},
-        )
+        s = await cli.control(stub.url)
         try:
             rid, sent = await s.control({"subtype": "initialize"})
             init = await s.wait_for(answers(rid))
@@ -210,16 +219,7 @@ async def test_a_bash_outside_the_workspace_asks_with_blocked_path_and_suggestio
         use = asked["message"]["content"][0]
         body = req["request"]
         print("\nCAN_USE_TOOL Bash", json.dumps(req))
-        assert set(body) == {
-            "subtype",
-            "tool_name",
-            "display_name",
-            "input",
-            "description",
-            "permission_suggestions",
-            "blocked_path",
-            "tool_use_id",
-        }
+        assert set(body) == CAN_USE_TOOL_FIELDS
         assert body["tool_name"] == body["display_name"] == "Bash"
         assert body["input"] == use["input"]
         assert body["tool_use_id"] == use["id"]
@@ -280,14 +280,10 @@ async def test_prompts_inside_the_workspace_differ_by_mode_and_may_carry_blocked
     for name, (mode, turn) in cases.items():
         stub = Stub([turn, text("Denied.")])
         async with serve_stub(stub):
-            s = await ControlSession.start(
-                cli.claude,
+            s = await cli.control(
                 stub.url,
-                workspace=cli.workspace,
-                home=cli.home,
                 mode=mode,
                 permission_surface=True,
-                env={"TMPDIR": str(cli.tmp)},
             )
             try:
                 await s.initialize()
@@ -412,14 +408,7 @@ async def test_a_session_rule_in_updated_permissions_spares_the_second_identical
     async with session(cli, stub, surface=True) as s:
         await s.user("Do it.")
         req = await s.wait_for(can_use_tool)
-        await s.answer(
-            req["request_id"],
-            {
-                "behavior": "allow",
-                "updatedInput": req["request"]["input"],
-                "updatedPermissions": [rule],
-            },
-        )
+        await s.answer(req["request_id"], allowed(req, updatedPermissions=[rule]))
         await s.wait_for(is_result)
         second_use = s.of_type("assistant")[1]["message"]["content"][0]
         line, block = tool_result(s, second_use["id"])
@@ -445,14 +434,7 @@ async def test_no_host_message_switches_the_session_to_bypass_permissions(
         refused = await s.wait_for(answers(rid))
         await s.user("Do both.")
         first = await s.wait_for(can_use_tool)
-        await s.answer(
-            first["request_id"],
-            {
-                "behavior": "allow",
-                "updatedInput": first["request"]["input"],
-                "updatedPermissions": [bypass],
-            },
-        )
+        await s.answer(first["request_id"], allowed(first, updatedPermissions=[bypass]))
         # Still asked: neither the control request nor the permission update took effect.
         second = await next_line(s, first, can_use_tool)
         await s.answer(second["request_id"], {"behavior": "deny", "message": "No."})
@@ -496,9 +478,7 @@ async def test_interrupt_while_a_prompt_is_pending_cancels_the_request_first(
         assert done["subtype"] == "error_during_execution"
         assert done["is_error"] is True
         # An answer after the cancel is ignored: the tool never runs.
-        await s.answer(
-            req["request_id"], {"behavior": "allow", "updatedInput": req["request"]["input"]}
-        )
+        await s.answer(req["request_id"], allowed(req))
         closed = await s.close_stdin()
         code = await s.wait_exit()
         measured("stdin close -> exit (after an interrupt)", time.monotonic() - closed)
@@ -507,18 +487,20 @@ async def test_interrupt_while_a_prompt_is_pending_cancels_the_request_first(
     assert len(stub.requests_of()) == 1
 
 
+def two_touches_outside(answer: str) -> list[Turn]:
+    """Two parallel Bash uses, each touching a file outside the workspace (p1, p2), then
+    ``answer``: acceptEdits prompts for both."""
+    touches = [
+        ToolUse("Bash", {"command": f"touch ../{name}.txt", "description": name})
+        for name in ("p1", "p2")
+    ]
+    return [tools(*touches), text(answer)]
+
+
 async def test_deny_with_interrupt_rejects_the_rest_of_the_turn_and_ends_it(
     cli: CliSandbox,
 ) -> None:
-    stub = Stub(
-        [
-            tools(
-                ToolUse("Bash", {"command": "touch ../p1.txt", "description": "p1"}),
-                ToolUse("Bash", {"command": "touch ../p2.txt", "description": "p2"}),
-            ),
-            text("Never."),
-        ]
-    )
+    stub = Stub(two_touches_outside("Never."))
     async with session(cli, stub, surface=True) as s:
         await s.user("Do both.")
         first = await s.wait_for(can_use_tool)
@@ -543,26 +525,14 @@ async def test_deny_with_interrupt_rejects_the_rest_of_the_turn_and_ends_it(
 
 
 async def test_parallel_tool_uses_are_asked_one_after_the_other(cli: CliSandbox) -> None:
-    stub = Stub(
-        [
-            tools(
-                ToolUse("Bash", {"command": "touch ../p1.txt", "description": "p1"}),
-                ToolUse("Bash", {"command": "touch ../p2.txt", "description": "p2"}),
-            ),
-            text("Done."),
-        ]
-    )
+    stub = Stub(two_touches_outside("Done."))
     async with session(cli, stub, surface=True) as s:
         await s.user("Do both.")
         first = await s.wait_for(can_use_tool)
         seen_when_answered = len(s.lines)
-        await s.answer(
-            first["request_id"], {"behavior": "allow", "updatedInput": first["request"]["input"]}
-        )
+        await s.answer(first["request_id"], allowed(first))
         second = await next_line(s, first, can_use_tool)
-        await s.answer(
-            second["request_id"], {"behavior": "allow", "updatedInput": second["request"]["input"]}
-        )
+        await s.answer(second["request_id"], allowed(second))
         await s.wait_for(is_result)
     assert first["request"]["input"]["description"] == "p1"
     assert second["request"]["input"]["description"] == "p2"
@@ -594,13 +564,7 @@ async def test_interrupt_with_no_turn_running_is_answered_and_changes_nothing(
 async def test_a_prompt_inside_a_subagent_carries_its_agent_id(cli: CliSandbox) -> None:
     stub = Stub(
         [
-            tool(
-                "Agent",
-                description="Touch outside",
-                prompt=f"{SUB} Touch a file outside.",
-                subagent_type="general-purpose",
-                run_in_background=False,
-            ),
+            start_subagent("Touch outside", f"{SUB} Touch a file outside.", background=False),
             text("Parent done."),
         ]
     )
@@ -614,16 +578,7 @@ async def test_a_prompt_inside_a_subagent_carries_its_agent_id(cli: CliSandbox) 
     body = req["request"]
     assert body["agent_id"] == line["agent_id"]
     assert line["parent_tool_use_id"] == s.of_type("assistant")[0]["message"]["content"][0]["id"]
-    assert set(body) - {"agent_id"} == {
-        "subtype",
-        "tool_name",
-        "display_name",
-        "input",
-        "description",
-        "permission_suggestions",
-        "blocked_path",
-        "tool_use_id",
-    }
+    assert set(body) - {"agent_id"} == CAN_USE_TOOL_FIELDS
     assert block["content"] == "Not from a subagent."
     assert done["result"] == "Parent done."
 
@@ -955,9 +910,7 @@ async def test_ask_user_question_allowed_without_answers_says_nobody_answered(
     async with session(cli, stub, surface=True) as s:
         await s.user("Ask me.")
         req = await s.wait_for(can_use_tool)
-        await s.answer(
-            req["request_id"], {"behavior": "allow", "updatedInput": req["request"]["input"]}
-        )
+        await s.answer(req["request_id"], allowed(req))
         await s.wait_for(is_result)
         line, block = tool_result(s, req["request"]["tool_use_id"])
     assert block["content"] == "The user did not answer the questions."
@@ -1025,13 +978,7 @@ async def test_forward_subagent_text_adds_the_subagents_text_as_assistant_lines(
     for forward in (False, True):
         stub = Stub(
             [
-                tool(
-                    "Agent",
-                    description="Look around",
-                    prompt=f"{SUB} Look around.",
-                    subagent_type="general-purpose",
-                    run_in_background=False,
-                ),
+                start_subagent("Look around", f"{SUB} Look around.", background=False),
                 text("Parent done."),
             ]
         )

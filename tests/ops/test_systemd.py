@@ -14,9 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from codelegate.policy.config import parse_config
+from tests.conftest import unavailable
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 SERVICE = SYSTEMD / "codelegate.service"
@@ -27,9 +26,7 @@ MAX_EXPOSURE = 2.0
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing on a CI machine")
-        pytest.skip(f"{name} is not installed")
+        unavailable(f"{name} is not installed")
     return path
 
 

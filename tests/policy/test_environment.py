@@ -7,13 +7,11 @@ import secrets
 import msgspec
 import pytest
 
+from codelegate.policy.child_env import auth_variables_present, child_environment, passed_secrets
 from codelegate.policy.config import Config
 from codelegate.policy.environment import (
     NONESSENTIAL_TRAFFIC_VAR,
     RUN_MARKER_VAR,
-    auth_variables_present,
-    child_environment,
-    passed_secrets,
     refused_pass_env,
     secret_values,
 )

@@ -8,6 +8,7 @@ import secrets
 import msgspec
 import pytest
 
+from codelegate.policy.argv import CHANNEL_FLAGS, FIXED_FLAGS
 from codelegate.policy.config import Config
 from codelegate.policy.environment import NONESSENTIAL_TRAFFIC_VAR, RUN_MARKER_VAR
 from codelegate.policy.errors import PolicyError
@@ -24,23 +25,8 @@ from codelegate.policy.request import RunRequest
 from tests.policy.conftest import ROOT, make_config
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
-HEAD = (
-    "claude",
-    "-p",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--include-partial-messages",
-    "--forward-subagent-text",
-    "--safe-mode",
-    "--setting-sources",
-    "",
-    "--permission-prompts",
-    "none",
-    "--input-format",
-    "stream-json",
-    "--permission-mode",
-)
+# The fixed flags are pinned once, in test_no_bypass; here they are what every argv starts with.
+HEAD = ("claude", *FIXED_FLAGS, *CHANNEL_FLAGS, "--permission-mode")
 ENV = {"PATH": "/usr/bin", "HOME": "/home/u", "SECRET_SAUCE": "x"}
 MARKER = (RUN_MARKER_VAR, "run_1")
 

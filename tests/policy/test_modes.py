@@ -7,13 +7,13 @@ import pytest
 
 from codelegate.policy.config import Config
 from codelegate.policy.errors import PolicyError
+from codelegate.policy.launch import resolve_mode
 from codelegate.policy.modes import (
     DANGEROUS_FLAGS,
     REQUEST_MODES,
     SAFE_CLI_MODES,
     mode_for,
     names_bypass,
-    resolve_mode,
 )
 from tests.policy.conftest import make_config
 

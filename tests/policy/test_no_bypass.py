@@ -9,6 +9,7 @@ import msgspec
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from codelegate.policy.argv import FIXED_FLAGS
 from codelegate.policy.config import Config, parse_config
 from codelegate.policy.environment import RUN_MARKER_VAR
 from codelegate.policy.errors import ConfigError, PolicyError
@@ -143,7 +144,14 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
     assert modes[0] in SAFE_CLI_MODES
     assert not DANGEROUS_FLAGS & set(argv)
     assert not any(names_bypass(arg) for arg in argv)
-    assert argv[1:12] == (
+    assert argv[1 : 1 + len(FIXED_FLAGS)] == FIXED_FLAGS
+
+
+def test_the_fixed_flags_pin_headless_fail_closed_behaviour() -> None:
+    # The one place the fixed flags are spelt out: every other test builds its argv from them.
+    # No CLAUDE.md, hooks, plugins or MCP servers; no settings file of HOME or the workspace;
+    # whatever would prompt is denied.
+    assert FIXED_FLAGS == (
         "-p",
         "--output-format",
         "stream-json",

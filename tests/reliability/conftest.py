@@ -5,11 +5,9 @@ Everything here waits with bounded polling loops (``until``), never with blind s
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,63 +16,9 @@ import msgspec
 import pytest
 
 from codelegate.policy.config import Config
-from tests.daemon.conftest import (
-    Daemon,
-    make_config,
-    start_daemon,
-    stop_daemon,
-)
+from tests.daemon.conftest import Daemon, make_config, running_daemon
+from tests.polling import polled
 from tests.reliability.served import Served
-
-HERE = Path(__file__).resolve().parent
-CHATTY_CLAUDE = str(HERE / "chatty_claude.py")
-MARKER = b"CODELEGATE_RUN_ID="
-
-__all__ = [
-    "CHATTY_CLAUDE",
-    "Daemon",
-    "alive_marked",
-    "cards_closed",
-    "make_config",
-    "start_daemon",
-    "stop_daemon",
-    "stored_frames",
-    "until",
-]
-
-
-async def until(predicate: Callable[[], bool], deadline_s: float = 15.0, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after a bounded deadline."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not predicate():
-        if loop.time() > end:
-            pytest.fail(f"not within {deadline_s}s: {what or predicate}")
-        await asyncio.sleep(0.02)
-
-
-def alive_marked(run_id: str | None = None) -> list[int]:
-    """Live (non-zombie) processes carrying a run marker (``run_id``'s, or any run's)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state == b"Z":
-            continue
-        if run_id is None:
-            hit = any(e.startswith(MARKER) for e in environ)
-        else:
-            hit = MARKER + run_id.encode() in environ
-        if hit:
-            found.append(int(entry))
-    return found
 
 
 def cards_closed(frames: list[dict[str, Any]]) -> None:
@@ -89,43 +33,31 @@ def cards_closed(frames: list[dict[str, Any]]) -> None:
     assert len(closed) == len(set(closed))
 
 
-def stored_frames(db_path: str, run_id: str) -> list[dict[str, Any]]:
-    """The run's frames straight from the SQLite file (read-only)."""
+def stored_rows(db_path: str | Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    """What a query answers of the SQLite file, opened read-only (the tests' view of the disk,
+    not the store's code)."""
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        rows = conn.execute(
-            "SELECT data FROM frames WHERE run_id = ? ORDER BY seq", (run_id,)
-        ).fetchall()
+        return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+def stored_frames(db_path: str | Path, run_id: str) -> list[dict[str, Any]]:
+    """The run's frames straight from the SQLite file (read-only)."""
+    rows = stored_rows(db_path, "SELECT data FROM frames WHERE run_id = ? ORDER BY seq", run_id)
     return [msgspec.json.decode(bytes(r[0])) for r in rows]
 
 
 def stored_count(db_path: str | Path, run_id: str) -> int:
     """How many frames of the run the SQLite file holds (read-only)."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        row = conn.execute("SELECT COUNT(*) FROM frames WHERE run_id = ?", (run_id,)).fetchone()
-    finally:
-        conn.close()
-    return int(row[0])
+    rows = stored_rows(db_path, "SELECT COUNT(*) FROM frames WHERE run_id = ?", run_id)
+    return int(rows[0][0])
 
 
 def stored_status(db_path: str | Path, run_id: str) -> str:
     """The run's status as the SQLite file holds it (read-only)."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-    finally:
-        conn.close()
-    return str(row[0])
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return ws
+    return str(stored_rows(db_path, "SELECT status FROM runs WHERE run_id = ?", run_id)[0][0])
 
 
 @pytest.fixture
@@ -136,9 +68,8 @@ def rel_config(short_dir: Path, workspace: Path) -> Config:
 
 @pytest.fixture
 async def rdaemon(rel_config: Config, tmp_path: Path) -> AsyncIterator[Daemon]:
-    d = await start_daemon(rel_config, tmp_path)
-    yield d
-    await stop_daemon(d)
+    async with running_daemon(rel_config, tmp_path) as d:
+        yield d
 
 
 async def run_frames(d: Daemon, run_id: str) -> list[dict[str, Any]]:
@@ -155,16 +86,14 @@ async def post(d: Daemon, task: str, **fields: Any) -> str:
 
 async def wait_done(d: Daemon | Served, run_id: str, deadline_s: float = 30.0) -> dict[str, Any]:
     """The run's state once it is no longer running (bounded)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while True:
+
+    async def done() -> dict[str, Any] | None:
         status, state = await d.json("GET", f"/v1/runs/{run_id}")
         assert status == 200
-        if state["status"] != "running" and state["result"] is not None:
-            return dict(state)
-        if loop.time() > end:
-            pytest.fail(f"run {run_id} still running after {deadline_s}s")
-        await asyncio.sleep(0.05)
+        ended = state["status"] != "running" and state["result"] is not None
+        return dict(state) if ended else None
+
+    return await polled(done, deadline_s, f"run {run_id} to end")
 
 
 def python() -> str:

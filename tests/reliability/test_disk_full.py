@@ -6,18 +6,17 @@ an SQLite page limit)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
-import sqlite3
 import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import cards_closed, stored_frames, until
+from tests.polling import until
+from tests.reliability.conftest import cards_closed, stored_frames, stored_rows, wait_done
 from tests.reliability.served import Served, write_config
 
 
@@ -53,26 +52,8 @@ def fill(disk: Path) -> Path:
     return filler
 
 
-async def eventually(check: Callable[[], bool], what: str) -> None:
-    await until(check, 30.0, what)
-
-
-async def eventually_async(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll an async ``check`` until it holds (bounded)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 30.0
-    while not await check():
-        if loop.time() > end:
-            pytest.fail(f"not within 30s: {what}")
-        await asyncio.sleep(0.05)
-
-
 def stored_status(db: Path) -> dict[str, tuple[str, int]]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT run_id, status, last_seq FROM runs").fetchall()
-    finally:
-        conn.close()
+    rows = stored_rows(db, "SELECT run_id, status, last_seq FROM runs")
     return {r[0]: (str(r[1]), int(r[2])) for r in rows}
 
 
@@ -104,20 +85,15 @@ async def test_sigterm_on_a_full_disk_exits_zero_says_what_was_lost_and_keeps_or
             return dict(st)
 
         # The small run is done, and on disk, before the disk fills.
-        await eventually(
+        await until(
             lambda: stored_status(db).get(small_id, ("", 0))[0] == "completed",
+            30.0,
             what="the small run stored",
         )
         assert (await state(flood_id))["status"] == "running"
         fill(small_disk)
         # The flooding run goes on and completes, though the store can no longer write.
-        done: dict[str, object] = {}
-
-        async def flood_done() -> bool:
-            done.update(await state(flood_id))
-            return done["status"] != "running"
-
-        await eventually_async(flood_done, what="the flooding run done")
+        done = await wait_done(served, flood_id)
         assert done["status"] == "completed"
         assert served.proc is not None
         await served.stop()

@@ -14,17 +14,10 @@ import msgspec
 import pytest
 
 from codelegate.policy.config import Config
-from tests.reliability.conftest import (
-    alive_marked,
-    cards_closed,
-    make_config,
-    post,
-    start_daemon,
-    stop_daemon,
-    stored_frames,
-    until,
-    wait_done,
-)
+from tests.daemon.conftest import make_config, running_daemon
+from tests.polling import until
+from tests.procfs import marked_processes
+from tests.reliability.conftest import cards_closed, post, stored_frames, wait_done
 
 WITNESS = "fake: tools n=300 rate=1000"  # ~0.3 s of steady tool cards beside the faulty run
 
@@ -90,8 +83,7 @@ def fault_config(short_dir: Path, workspace: Path) -> Config:
 async def test_cli_fault_ends_cleanly_and_spares_the_other_run(
     fault_config: Config, tmp_path: Path, task: str, expected: str, cancel: bool
 ) -> None:
-    d = await start_daemon(fault_config, tmp_path)
-    try:
+    async with running_daemon(fault_config, tmp_path) as d:
         follower = Follower(await d.ws("?run=*"))
         witness = await post(d, WITNESS)
         faulty = await post(d, task)
@@ -101,15 +93,13 @@ async def test_cli_fault_ends_cleanly_and_spares_the_other_run(
             assert status == 202
         state = await wait_done(d, faulty)
         # The run is over: whatever it started is gone by now, not eventually.
-        assert alive_marked(faulty) == []
+        assert marked_processes(faulty) == []
         witness_state = await wait_done(d, witness)
-        assert alive_marked(witness) == []
+        assert marked_processes(witness) == []
         await until(lambda: follower.finished(faulty) and follower.finished(witness))
         live = dict(follower.frames)
         await follower.close()
         replay = {rid: await d.events(rid) for rid in (faulty, witness)}
-    finally:
-        await stop_daemon(d)
 
     assert state["status"] == expected, state
     assert state["result"]["status"] == expected

@@ -24,18 +24,11 @@ import structlog
 from codelegate.daemon.serving.state import HUB
 from codelegate.daemon.subscriber import CLOSE_LAGGING
 from codelegate.policy.config import Config
-from tests.daemon.conftest import BASE
-from tests.reliability.conftest import (
-    CHATTY_CLAUDE,
-    Daemon,
-    alive_marked,
-    make_config,
-    post,
-    start_daemon,
-    stop_daemon,
-    until,
-    wait_done,
-)
+from tests.daemon.conftest import BASE, Daemon, make_config, start_daemon, stop_daemon
+from tests.fakes import CHATTY_CLAUDE
+from tests.polling import until
+from tests.procfs import marked_processes
+from tests.reliability.conftest import post, wait_done
 
 RUNS = 8
 FAST_SINGLE = 19 * RUNS  # 19 per run, subscribed in the URL
@@ -192,7 +185,7 @@ async def _eight_runs(load_config: Config, tmp_path: Path) -> None:
 
     assert all(s["status"] == "completed" for s in states), states
     for rid in run_ids:
-        assert alive_marked(rid) == []
+        assert marked_processes(rid) == []
     for c, runs in fast:
         assert c.close_code is None, "a fast subscriber was closed"
         for rid in runs:
@@ -216,7 +209,7 @@ async def test_ten_thousand_subscribe_cycles_leave_memory_and_fds_flat(
     d = await start_daemon(load_config, tmp_path)
     try:
         rid = await post(d, f"chatty n=1 pad=10 gate={gate}")
-        await until(lambda: bool(alive_marked(rid)), what="the run is live")
+        await until(lambda: bool(marked_processes(rid)), what="the run is live")
         hub = d.handle.app[HUB]
         await until(lambda: d.handle.app[HUB].subscriber_count == 0)
         ws = await d.ws()

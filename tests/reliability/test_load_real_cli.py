@@ -18,8 +18,10 @@ import msgspec
 import pytest
 import structlog
 
-from tests.e2e.conftest import E2E, e2e_config
-from tests.reliability.conftest import alive_marked, cards_closed
+from tests.e2e.conftest import E2E, e2e_config, workspace_tree
+from tests.polling import polled
+from tests.procfs import marked_processes
+from tests.reliability.conftest import cards_closed
 from tests.reliability.test_faults import Follower
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 
@@ -32,11 +34,7 @@ BASE = "http://codelegate"
 
 @pytest.fixture
 async def real(claude_bin: str, tmp_path: Path, short_dir: Path) -> AsyncIterator[E2E]:
-    root = tmp_path / "workspaces"
-    workspace = root / "demo"
-    home = tmp_path / "home"
-    for folder in (workspace, home, home / "tmp"):
-        folder.mkdir(parents=True)
+    root, workspace, home = workspace_tree(tmp_path)
     (workspace / "notes.txt").write_text("alpha\nbeta\n")
     stub = Stub()
     async with serve_stub(stub):
@@ -98,7 +96,7 @@ async def _eight_runs(real: E2E) -> None:
             if f["type"] == "tool_result"
         ]
         assert state["result"]["files_changed"] == [f"out-{run_ids.index(rid)}.txt"]
-        assert alive_marked(rid) == []
+        assert marked_processes(rid) == []
     reference = {rid: await real_events(real, rid) for rid in run_ids}
     for i, f in enumerate(followers):
         rid = run_ids[i % RUNS]
@@ -107,15 +105,13 @@ async def _eight_runs(real: E2E) -> None:
 
 
 async def finished(real: E2E, run_id: str, deadline_s: float = 90.0) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while True:
+    async def done() -> dict[str, Any] | None:
         status, state = await real.get(f"/v1/runs/{run_id}")
         assert status == 200
-        if state["status"] != "running" and state["result"] is not None:
-            return dict(state)
-        assert loop.time() < end, f"run {run_id} still running"
-        await asyncio.sleep(0.05)
+        ended = state["status"] != "running" and state["result"] is not None
+        return dict(state) if ended else None
+
+    return await polled(done, deadline_s, f"run {run_id} to end")
 
 
 async def real_events(real: E2E, run_id: str) -> list[dict[str, Any]]:

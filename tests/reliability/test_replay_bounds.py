@@ -17,7 +17,8 @@ from codelegate.daemon.deliveries import REPLAY_PAGE_BYTES, Control, Delivery
 from codelegate.daemon.serving.state import HUB, STATE
 from codelegate.daemon.store.store import RunStore
 from codelegate.daemon.subscriber import Subscriber
-from tests.reliability.conftest import Daemon, until
+from tests.daemon.conftest import Daemon
+from tests.polling import until
 from tests.reliability.test_store_and_clients import _ndjson_start, _ws_handshake
 
 FRAMES = 20_000

@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
-from tests.reliability.conftest import alive_marked, cards_closed, until
+from tests.polling import until
+from tests.procfs import marked_processes
+from tests.reliability.conftest import cards_closed, stored_frames
 from tests.reliability.served import Served, write_config
 
 
@@ -33,20 +34,13 @@ async def served(tmp_path: Path, short_dir: Path) -> AsyncIterator[Served]:
 def stored(db: Path, run_id: str) -> list[dict[str, Any]]:
     """The run's frames as the file holds them now (what survives a SIGKILL)."""
     with contextlib.suppress(sqlite3.Error):
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            rows = conn.execute(
-                "SELECT data FROM frames WHERE run_id = ? ORDER BY seq", (run_id,)
-            ).fetchall()
-        finally:
-            conn.close()
-        return [msgspec.json.decode(bytes(r[0])) for r in rows]
+        return stored_frames(db, run_id)
     return []
 
 
 def kill_leftovers(*run_ids: str) -> None:
     for run_id in run_ids:
-        for pid in alive_marked(run_id):
+        for pid in marked_processes(run_id):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -75,17 +69,19 @@ async def test_sigkilled_daemon_restarts_with_runs_interrupted(
             ),
             what="both runs' cards on disk",
         )
-        await until(lambda: len(alive_marked(escaped_id)) >= 2, what="the CLI and its grandchild")
+        await until(
+            lambda: len(marked_processes(escaped_id)) >= 2, what="the CLI and its grandchild"
+        )
         before = {rid: stored(db, rid) for rid in run_ids.values()}
         await served.kill()
-        assert alive_marked(escaped_id), "a SIGKILLed daemon leaves the run's processes behind"
+        assert marked_processes(escaped_id), "a SIGKILLed daemon leaves the run's processes behind"
 
         await served.start()
         states = {rid: await served.json("GET", f"/v1/runs/{rid}") for rid in run_ids.values()}
         after = {rid: await served.events(rid) for rid in run_ids.values()}
         # Start-up closes the interrupted runs and must kill what is left of them.
         await until(
-            lambda: alive_marked(open_id) == [] and alive_marked(escaped_id) == [],
+            lambda: marked_processes(open_id) == [] and marked_processes(escaped_id) == [],
             10,
             "the interrupted runs' processes gone after the restart",
         )

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import alive_marked, cards_closed, until, wait_done
+from tests.polling import until
+from tests.procfs import marked_processes
+from tests.reliability.conftest import cards_closed, wait_done
 from tests.reliability.served import BASE, Served, write_config
 from tests.stub.anthropic import Stub, Turn, serve_stub, text
 from tests.stub.claude import API_KEY
@@ -90,8 +92,8 @@ async def test_a_second_serve_exits_nonzero_and_touches_nothing(
         assert status == 202, body
         run_id = body["run_id"]
         # The run is live: its CLI is running and waiting for the model's answer.
-        await until(lambda: bool(stub.requests and alive_marked(run_id)), 60, "the CLI waiting")
-        pids = set(alive_marked(run_id))
+        await until(lambda: bool(stub.requests and marked_processes(run_id)), 60, "the CLI waiting")
+        pids = set(marked_processes(run_id))
         sock = short_dir / "d.sock"
         inode = os.lstat(sock).st_ino
 
@@ -109,7 +111,7 @@ async def test_a_second_serve_exits_nonzero_and_touches_nothing(
         assert not (other / "d.sock").exists()
 
         # Nothing of the first daemon's was touched: its run's processes, run, socket.
-        assert pids <= set(alive_marked(run_id))
+        assert pids <= set(marked_processes(run_id))
         assert os.lstat(sock).st_ino == inode
         status, state = await first.json("GET", f"/v1/runs/{run_id}")
         assert (status, state["status"]) == (200, "running")

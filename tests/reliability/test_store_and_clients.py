@@ -12,19 +12,10 @@ from pathlib import Path
 from codelegate.daemon.serving.state import HUB, STATE
 from codelegate.daemon.store.store import RunStore
 from codelegate.policy.config import Config
-from tests.reliability.conftest import (
-    Daemon,
-    alive_marked,
-    cards_closed,
-    make_config,
-    post,
-    start_daemon,
-    stop_daemon,
-    stored_frames,
-    stored_status,
-    until,
-    wait_done,
-)
+from tests.daemon.conftest import Daemon, make_config, running_daemon
+from tests.polling import until
+from tests.procfs import marked_processes
+from tests.reliability.conftest import cards_closed, post, stored_frames, stored_status, wait_done
 from tests.reliability.test_faults import Follower
 
 
@@ -47,8 +38,7 @@ async def disk_full(store: RunStore, full: bool) -> None:
 async def test_disk_full_mid_run_loses_nothing_once_space_returns(
     rel_config: Config, tmp_path: Path
 ) -> None:
-    d = await start_daemon(rel_config, tmp_path)
-    try:
+    async with running_daemon(rel_config, tmp_path) as d:
         store = the_store(d)
         follower = Follower(await d.ws("?run=*"))
         run_id = await post(d, "fake: tools n=600 rate=1200")
@@ -64,11 +54,9 @@ async def test_disk_full_mid_run_loses_nothing_once_space_returns(
         await disk_full(store, False)
         await until(lambda: store.unwritten == 0, what="the retried batches written")
         await follower.close()
-    finally:
-        await stop_daemon(d)
     cards_closed(live)
     assert stored_frames(rel_config.store.path, run_id) == live
-    assert alive_marked(run_id) == []
+    assert marked_processes(run_id) == []
     # The final status, recorded while the disk was full, must not be lost either.
     assert stored_status(rel_config.store.path, run_id) == "completed"
 
@@ -148,16 +136,13 @@ async def test_frames_past_the_store_cap_go_out_live_and_the_store_says_what_it_
     short_dir: Path, workspace: Path, tmp_path: Path
 ) -> None:
     config = make_config(short_dir, workspace, limits={"max_stored_frames": 1000})
-    d = await start_daemon(config, tmp_path)
-    try:
+    async with running_daemon(config, tmp_path) as d:
         follower = Follower(await d.ws("?run=*"))
         run_id = await post(d, "fake: tools n=3000")
         state = await wait_done(d, run_id)
         await until(lambda: follower.finished(run_id))
         live = follower.frames[run_id]
         await follower.close()
-    finally:
-        await stop_daemon(d)
     assert state["status"] == "completed"
     cards_closed(live)  # every frame went out live, gapless
     told = [f for f in live if f["type"] == "diagnostic" and f["code"] == "frames_not_stored"]

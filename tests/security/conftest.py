@@ -1,55 +1,17 @@
-"""Fixtures for the abuse suite: a daemon whose "Claude" is a spy that records every start.
-
-The spy is a tiny shell script in front of the fault-injecting fake CLI: every start except
-``--version`` (the daemon asks for it at start-up) appends a line to a file, so a test can say
-"this request spawned nothing" by reading that file.
+"""Fixtures for the abuse suite: a daemon whose "Claude" is a spy that records every start
+(``tests.fakes.spy``), so a test can say "this request spawned nothing" by reading its record.
 """
 
 from __future__ import annotations
 
-import stat
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from codelegate.policy.config import Config
-from tests.daemon.conftest import (  # log_stream: the fixture, shared
-    Daemon,
-    log_stream,
-    make_config,
-    start_daemon,
-    stop_daemon,
-)
-
-# The real daemon + real CLI + API stub of the end-to-end suite, for the tests that need the
-# pinned CLI to plant the input (settings isolation).
-from tests.e2e.conftest import daemon_claude, daemon_policy, daemon_server, e2e  # noqa: F401
-from tests.fakes import FAKE_CLAUDE
-
-__all__ = ["log_stream"]
-
-
-class Spy:
-    """The spy CLI's path and the record of its starts."""
-
-    def __init__(self, folder: Path) -> None:
-        self.log = folder / "spawned.log"
-        self.path = folder / "claude-spy"
-        self.path.write_text(
-            "#!/bin/sh\n"
-            'case " $* " in *" --version "*) ;; *) echo "$$ $PWD" >> '
-            + f"'{self.log}'"
-            + " ;; esac\n"
-            f"exec '{sys.executable}' '{FAKE_CLAUDE}' \"$@\"\n"
-        )
-        self.path.chmod(self.path.stat().st_mode | stat.S_IXUSR)
-
-    @property
-    def starts(self) -> list[str]:
-        """One ``"<pid> <cwd>"`` line per start."""
-        return self.log.read_text().splitlines() if self.log.exists() else []
+from tests.daemon.conftest import Daemon, make_config, start_daemon, stop_daemon
+from tests.fakes.spy import Spy
 
 
 @pytest.fixture

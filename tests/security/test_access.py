@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -15,12 +16,12 @@ import aiohttp
 import pytest
 
 from codelegate.daemon.serving.server import start_server
-from tests.daemon.conftest import child_environ
-from tests.security.conftest import Spy, spy_config
+from tests.daemon.conftest import child_environ, tcp_listener
+from tests.fakes.spy import Spy
+from tests.security.conftest import spy_config
 
 NOBODY = 65534
 PROBE_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-TOKEN = "s3cr3t-token-for-tests-0123456789abcdef"
 ALLOWED_ORIGIN = "https://chat.example.com"
 
 _PROBE = r"""
@@ -93,34 +94,25 @@ async def test_another_uid_is_refused_on_the_socket(
 async def test_tcp_refuses_missing_and_wrong_tokens_and_foreign_origins(
     short_dir: Path, roots: tuple[Path, Path], spy: Spy, tmp_path: Path
 ) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    config = spy_config(
-        short_dir,
-        roots,
-        spy,
-        server={
-            "tcp": "127.0.0.1:0",
-            "token_file": str(token_file),
-            "allowed_origins": [ALLOWED_ORIGIN],
-        },
-    )
+    token = secrets.token_hex(24)  # fresh: nothing may know it in advance
+    server = tcp_listener(tmp_path, token, allowed_origins=[ALLOWED_ORIGIN])
+    config = spy_config(short_dir, roots, spy, server=server)
     handle = await start_server(config, environ=child_environ(tmp_path))
-    good = f"Bearer {TOKEN}"
+    good = f"Bearer {token}"
     bad_auth: list[dict[str, str]] = [
         {},
         {"Authorization": ""},
         {"Authorization": "Bearer"},
         {"Authorization": "Bearer "},
         {"Authorization": "Bearer wrong"},
-        {"Authorization": f"Bearer {TOKEN[:-1]}"},
-        {"Authorization": f"Bearer {TOKEN}x"},
-        {"Authorization": f"Bearer {TOKEN.upper()}"},
-        {"Authorization": f"Basic {TOKEN}"},
-        {"Authorization": TOKEN},
-        {"Authorization": f"Token {TOKEN}"},
-        {"X-Api-Key": TOKEN},
-        {"Cookie": f"token={TOKEN}"},
+        {"Authorization": f"Bearer {token[:-1]}"},
+        {"Authorization": f"Bearer {token}x"},
+        {"Authorization": f"Bearer {token.upper()}"},
+        {"Authorization": f"Basic {token}"},
+        {"Authorization": token},
+        {"Authorization": f"Token {token}"},
+        {"X-Api-Key": token},
+        {"Cookie": f"token={token}"},
     ]
     foreign = [
         "https://evil.example",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from hypothesis import strategies as st
 
 from codelegate.daemon.serving.server import ServerHandle, start_server
 from tests.daemon.conftest import BASE, child_environ, make_config
+from tests.fixtures import short_folder
 
 T = TypeVar("T")
 ANSWERS = {200, 202, 400, 403, 404, 405, 409, 413, 429}
@@ -88,8 +88,7 @@ def bg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
     base = tmp_path_factory.mktemp("fuzz")
     (base / "ws" / "sub").mkdir(parents=True)
     (base / "home").mkdir()
-    short = Path(tempfile.mkdtemp(prefix="clfz-"))
-    with structlog.testing.capture_logs() as logs:
+    with short_folder("clfz-") as short, structlog.testing.capture_logs() as logs:
         daemon = Background(base / "home", short, base / "ws")
         try:
             yield daemon
@@ -101,7 +100,6 @@ def bg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
             assert 'codelegate_http_errors_total{status="500"}' not in metrics
         finally:
             daemon.close()
-            shutil.rmtree(short, ignore_errors=True)
     crashes = [e for e in logs if e["event"] in ("handler_failed", "background_task_failed")]
     assert not crashes, crashes[:3]
 

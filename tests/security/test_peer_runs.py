@@ -29,10 +29,9 @@ from codelegate.daemon.supervision import cgroups
 from codelegate.policy.errors import PolicyError
 from tests.daemon.conftest import Daemon
 from tests.e2e.conftest import E2E
-from tests.security.conftest import Spy
+from tests.fakes.spy import Spy
 from tests.security.test_isolation import sandbox
 from tests.stub.anthropic import text, tool
-from tests.supervision.conftest import subreaper  # noqa: F401
 
 # ``itself``: the Bash command's own process calls the API; ``env-i``: a child with an empty
 # environment (no run marker) does; ``orphan``: a grandchild in a session of its own, whose

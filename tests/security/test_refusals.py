@@ -16,8 +16,8 @@ import pytest
 
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from tests.daemon.conftest import Daemon
-from tests.reliability.conftest import until
-from tests.security.conftest import Spy
+from tests.fakes.spy import Spy
+from tests.polling import until
 
 REFUSED = {400, 403, 404, 409, 413, 429}
 

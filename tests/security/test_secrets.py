@@ -23,13 +23,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.fakes import LEAKY_CLAUDE
 from tests.reliability.served import BASE, Served, write_config
 from tests.stub.anthropic import Stub, serve_stub, text, tool
 from tests.translator.helpers import encode
 
 MASK = "[redacted]"
-
-LEAKY_CLAUDE = str(Path(__file__).resolve().parent / "leaky_claude.py")
 
 
 def _alnum(n: int, alphabet: str = string.ascii_letters + string.digits) -> str:

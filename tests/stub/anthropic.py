@@ -31,6 +31,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from tests.stub.loopback import on_loopback
+
 MODEL: Final = "claude-opus-5-5"
 _ERROR_TYPES: Final = {
     400: "invalid_request_error",
@@ -105,6 +107,26 @@ def tools(*uses: ToolUse, say: str | None = None) -> Turn:
 def tool(name: str, say: str | None = None, **tool_input: Any) -> Turn:
     """A turn calling one tool."""
     return tools(ToolUse(name, dict(tool_input)), say=say)
+
+
+def start_subagent(
+    description: str,
+    prompt: str,
+    *,
+    background: bool | None,
+    subagent_type: str = "general-purpose",
+) -> Turn:
+    """A turn starting a subagent (the Agent tool); the stub routes the subagent's requests by a
+    marker its ``prompt`` starts with (``Stub.subagent``). ``background`` None leaves
+    ``run_in_background`` out, as a model may: the CLI then runs it in the background."""
+    fields: dict[str, Any] = {
+        "description": description,
+        "prompt": prompt,
+        "subagent_type": subagent_type,
+    }
+    if background is not None:
+        fields["run_in_background"] = background
+    return tool("Agent", **fields)
 
 
 def error(status: int, message: str = "stub error", times: int = 1) -> Turn:
@@ -415,20 +437,15 @@ def _error_response(status: int, message: str) -> web.Response:
 @asynccontextmanager
 async def serve_stub(stub: Stub) -> AsyncIterator[Stub]:
     """Serve ``stub`` on 127.0.0.1 (a free port); ``stub.url`` is its base URL while open."""
-    runner = web.AppRunner(stub.app(), shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    stub.url = f"http://{host}:{port}"
-    try:
-        yield stub
-    finally:
-        # Let held answers finish, so that shutting down does not wait for them to time out.
-        for event in stub._held:
-            event.set()
-        for script in [stub.main, *stub.subscripts]:
-            for turn in script.turns:
-                if turn.hold is not None:
-                    turn.hold.set()
-        await runner.cleanup()
+    async with on_loopback(stub.app()) as url:
+        stub.url = url
+        try:
+            yield stub
+        finally:
+            # Let held answers finish, so that shutting down does not wait for them to time out.
+            for event in stub._held:
+                event.set()
+            for script in [stub.main, *stub.subscripts]:
+                for turn in script.turns:
+                    if turn.hold is not None:
+                        turn.hold.set()

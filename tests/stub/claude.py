@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from codelegate.policy.argv import FIXED_FLAGS
 
@@ -69,24 +69,54 @@ def claude_env(base_url: str, home: Path, extra: Mapping[str, str] | None = None
     return env
 
 
+class Session(TypedDict, total=False):
+    """How one CLI process is started, as far as its argv goes: the permission mode (default
+    acceptEdits), and a new session (``session_id``, default a fresh uuid) or ``resume``."""
+
+    mode: str
+    session_id: str | None
+    resume: str | None
+
+
 def claude_argv(
     claude_bin: str,
     *,
-    mode: str = "acceptEdits",
-    session_id: str | None = None,
-    resume: str | None = None,
     extra: Sequence[str] = (),
     without: Sequence[str] = (),
+    **session: Unpack[Session],
 ) -> list[str]:
     # The daemon's fixed flags, from their one owner: tests run the CLI the way runs do
     # (``without``: those a test measures the CLI without, e.g. --forward-subagent-text).
     fixed = [flag for flag in FIXED_FLAGS if flag not in without]
-    argv = [claude_bin, *fixed, "--permission-mode", mode]
+    argv = [claude_bin, *fixed, "--permission-mode", session.get("mode", "acceptEdits")]
+    resume = session.get("resume")
     if resume is not None:
         argv += ["--resume", resume]
     else:
-        argv += ["--session-id", session_id or str(uuid.uuid4())]
+        argv += ["--session-id", session.get("session_id") or str(uuid.uuid4())]
     return argv + list(extra)
+
+
+async def spawn_claude(
+    argv: Sequence[str],
+    base_url: str,
+    *,
+    workspace: Path,
+    home: Path,
+    env: Mapping[str, str] | None,
+) -> asyncio.subprocess.Process:
+    """Start the CLI with pipes on stdin, stdout and stderr, in a session of its own (so that
+    its process group can be killed), in the environment of :func:`claude_env`."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=workspace,
+        env=claude_env(base_url, home, env),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        limit=64 * 1024 * 1024,
+    )
 
 
 async def run_claude(
@@ -96,28 +126,17 @@ async def run_claude(
     *,
     workspace: Path,
     home: Path,
-    mode: str = "acceptEdits",
-    session_id: str | None = None,
-    resume: str | None = None,
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     time_limit: float = 60.0,
+    **session: Unpack[Session],
 ) -> ClaudeRun:
     """Run the CLI to completion (prompt on stdin) and parse its stream-json lines."""
-    if resume is None and session_id is None:
-        session_id = str(uuid.uuid4())
-    argv = claude_argv(
-        claude_bin, mode=mode, session_id=session_id, resume=resume, extra=extra_args
-    )
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=workspace,
-        env=claude_env(base_url, home, env),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
+    resume = session.get("resume")
+    session_id = session.get("session_id") or (None if resume else str(uuid.uuid4()))
+    opened: Session = {**session, "session_id": session_id}
+    argv = claude_argv(claude_bin, extra=extra_args, **opened)
+    proc = await spawn_claude(argv, base_url, workspace=workspace, home=home, env=env)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(prompt.encode()), time_limit)
     except TimeoutError:

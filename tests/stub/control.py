@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from tests.stub.claude import claude_argv, claude_env
+from tests.stub.claude import Session, claude_argv, spawn_claude
 
 Line = dict[str, Any]
 
@@ -59,39 +59,26 @@ class ControlSession:
         *,
         workspace: Path,
         home: Path,
-        mode: str = "acceptEdits",
-        session_id: str | None = None,
-        resume: str | None = None,
         permission_surface: bool = False,
         prompt_tool: str | None = "stdio",
         extra_args: Sequence[str] = (),
         without_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        **session: Unpack[Session],
     ) -> ControlSession:
         argv = claude_argv(
             claude_bin,
-            mode=mode,
-            session_id=session_id,
-            resume=resume,
             extra=["--input-format", "stream-json", *extra_args],
             without=without_args,
+            **session,
         )
         if permission_surface:
             argv = host_prompt_flags(argv, prompt_tool)
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=workspace,
-            env=claude_env(base_url, home, env),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            limit=64 * 1024 * 1024,
-        )
-        session = cls(proc, argv)
-        session._reader = asyncio.create_task(session._read())
-        session._err_reader = asyncio.create_task(session._read_stderr())
-        return session
+        proc = await spawn_claude(argv, base_url, workspace=workspace, home=home, env=env)
+        started = cls(proc, argv)
+        started._reader = asyncio.create_task(started._read())
+        started._err_reader = asyncio.create_task(started._read_stderr())
+        return started
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None

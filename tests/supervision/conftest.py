@@ -2,32 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from codelegate.daemon.supervision import cgroups, procs
-from codelegate.daemon.supervision.procs import become_subreaper, reap_orphans
+from codelegate.daemon.supervision.procs import reap_orphans
 from codelegate.daemon.supervision.supervisor import ChildProcess
+from codelegate.policy.argv import FIXED_FLAGS
 from codelegate.policy.environment import RUN_MARKER_VAR
+from codelegate.policy.modes import mode_for
 from tests.fakes import FAKE_CLAUDE
 
+# The daemon's fixed flags (policy.argv), without the control channel: these tests write the
+# fake's prompt as text on stdin.
 ARGV = [
-    "-p",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--safe-mode",
-    "--permission-prompts",
-    "none",
+    *FIXED_FLAGS,
     "--permission-mode",
-    "manual",
+    mode_for("safe").cli,
     "--session-id",
     "4f6c1d2e-8a3b-4c5d-9e7f-0a1b2c3d4e5f",
 ]
@@ -42,16 +39,6 @@ def fake_env(run_id: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         RUN_MARKER_VAR: run_id,
     }
-
-
-async def until(predicate: Callable[[], bool], deadline_s: float = 10.0) -> None:
-    """Poll ``predicate`` until true; fail after a bounded deadline (no blind sleeps)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not predicate():
-        if loop.time() > end:
-            pytest.fail(f"condition not met within {deadline_s}s")
-        await asyncio.sleep(0.01)
 
 
 def alive(pid: int) -> bool:
@@ -84,16 +71,6 @@ async def read_until(child: ChildProcess, needle: bytes) -> bytes:
             pytest.fail(f"EOF before {needle!r}")
         out += chunk
     return bytes(out)
-
-
-@pytest.fixture
-def subreaper() -> Iterator[None]:
-    """Make the test process a child subreaper for one test, then undo it."""
-    if not become_subreaper():
-        pytest.skip("prctl(PR_SET_CHILD_SUBREAPER) is not available here")
-    yield
-    reap_orphans()
-    become_subreaper(on=False)
 
 
 @pytest.fixture(params=["marker", "cgroup"])

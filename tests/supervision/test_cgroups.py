@@ -11,7 +11,8 @@ import pytest
 from codelegate.daemon.supervision import cgroups, procs
 from codelegate.daemon.supervision.cgroups import RunCgroup
 from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus
-from tests.supervision.conftest import Spawn, alive, gone, read_all, read_until, until
+from tests.polling import until
+from tests.supervision.conftest import Spawn, alive, gone, read_all, read_until
 
 needs_cgroup = pytest.mark.skipif(
     cgroups.delegated_base() is None, reason="no delegated, writable cgroup v2 subtree here"

@@ -13,9 +13,11 @@ import pytest
 from codelegate.daemon.supervision import procs
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.environment import RUN_MARKER_VAR
+from tests.polling import until
+from tests.procfs import cmdline
 from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
 from tests.stub.claude import claude_argv, claude_env
-from tests.supervision.conftest import gone, read_all, until
+from tests.supervision.conftest import gone, read_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("subreaper")]
 
@@ -67,15 +69,7 @@ async def _start(
 
 
 def _escaped(run_id: str) -> list[int]:
-    out = []
-    for pid in procs.marked_pids(run_id):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"escape.py" in fh.read():
-                    out.append(pid)
-        except OSError:
-            continue
-    return out
+    return [pid for pid in procs.marked_pids(run_id) if b"escape.py" in cmdline(pid)]
 
 
 async def test_a_double_forked_tool_process_outlives_the_cli_until_reaped(

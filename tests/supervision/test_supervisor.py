@@ -21,7 +21,8 @@ from codelegate.daemon.supervision.supervisor import (
     pin_directory,
 )
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
-from tests.supervision.conftest import Spawn, alive, fake_env, gone, read_all, read_until, until
+from tests.polling import until
+from tests.supervision.conftest import Spawn, alive, fake_env, gone, read_all, read_until
 
 
 async def test_normal_run_reads_every_line_and_exits_zero(spawn_fake: Spawn) -> None:

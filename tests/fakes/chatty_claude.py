@@ -19,12 +19,12 @@ from typing import Any
 
 # A script of its own, started by path: the fakes' stdin reader is found from the repository.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.fakes.fake_claude import read_prompt
+from tests.fakes.fake_claude import VERSION, read_prompt
 
 
 def main() -> int:
     if "--version" in sys.argv:
-        print("2.1.332 (Claude Code)")
+        print(f"{VERSION} (Claude Code)")
         return 0
     prompt = read_prompt()
     words = prompt.split("\n", 1)[0].split()

@@ -25,14 +25,14 @@ from urllib.parse import quote
 
 # A script of its own, started by path: the fakes' stdin reader is found from the repository.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.fakes.fake_claude import read_prompt
+from tests.fakes.fake_claude import VERSION, read_prompt
 
 STDERR_LINE_CHARS = 2000  # the daemon's cut (supervision.supervisor): the token straddles it
 
 
 def main() -> int:
     if "--version" in sys.argv:
-        print("2.1.332 (Claude Code)")
+        print(f"{VERSION} (Claude Code)")
         return 0
     words = read_prompt().split("\n", 1)[0].split()
     params = dict(w.split("=", 1) for w in words[1:] if "=" in w)

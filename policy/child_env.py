@@ -1,0 +1,75 @@
+"""The child environment of one config: the allowlist of ``policy.environment`` applied.
+
+Above the config schema (it reads ``[claude]``), below the launch that composes it: what a run's
+CLI gets of the daemon's environment, what of it are credentials, and which auth variables
+``doctor`` may name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from codelegate.policy.config import Config
+from codelegate.policy.environment import (
+    AUTH_VARS,
+    BEDROCK_VARS,
+    NONESSENTIAL_TRAFFIC_VAR,
+    RUN_MARKER_VAR,
+    VERTEX_VARS,
+    always_passed,
+    is_vertex_var,
+    refused_pass_env,
+    secret_values,
+)
+
+
+def _allowed(config: Config, name: str) -> bool:
+    """Whether the allowlist for this config admits ``name``."""
+    claude = config.claude
+    if always_passed(name):
+        return True
+    if claude.enable_bedrock and name in BEDROCK_VARS:
+        return True
+    if claude.enable_vertex and is_vertex_var(name):
+        return True
+    # Checked again here, not only at config load, in case a Config was built by hand.
+    return name in claude.pass_env and refused_pass_env(name) is None
+
+
+def _passed(config: Config, parent_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``parent_env`` the allowlist for this config admits, as they are."""
+    return {
+        key: value
+        for key, value in parent_env.items()
+        if "\x00" not in key and "\x00" not in value and _allowed(config, key)
+    }
+
+
+def child_environment(
+    config: Config, parent_env: Mapping[str, str], *, marker: tuple[str, str]
+) -> dict[str, str]:
+    """The complete environment of a run's CLI: the allowlist of ``parent_env`` plus our own."""
+    name, run_id = marker
+    if name != RUN_MARKER_VAR or not run_id or "\x00" in run_id:
+        raise ValueError(f"the run marker must be ({RUN_MARKER_VAR!r}, <run id>)")
+    env = _passed(config, parent_env)
+    env[NONESSENTIAL_TRAFFIC_VAR] = "1"
+    env[RUN_MARKER_VAR] = run_id
+    return env
+
+
+def passed_secrets(config: Config, parent_env: Mapping[str, str]) -> tuple[str, ...]:
+    """The credentials of ``parent_env`` that every run gets: :func:`secret_values` of what
+    :func:`child_environment` passes on, known before any run starts (the daemon masks them in
+    its own log lines, which belong to no run)."""
+    return secret_values(_passed(config, parent_env))
+
+
+def auth_variables_present(config: Config, parent_env: Mapping[str, str]) -> list[str]:
+    """Names (never values) of the authentication variables a run would get, for ``doctor``."""
+    names = set(AUTH_VARS)
+    if config.claude.enable_bedrock:
+        names |= BEDROCK_VARS
+    if config.claude.enable_vertex:
+        names |= VERTEX_VARS
+    return sorted(name for name in names if parent_env.get(name))
