@@ -58,6 +58,104 @@ def user_message(text: str) -> bytes:
     )
 
 
+# --- answers to the CLI's permission prompts (can_use_tool) -----------------------------------
+# The only answers the daemon ever writes. Each is checked by _refuse_widening before it goes
+# out: no mode change, no directory, no rule outside the session, whatever built the pieces.
+_WIDENING: Final = frozenset({"setMode", "mode", "bypassPermissions", "addDirectories"})
+_ANSWER_KEYS: Final = frozenset({"behavior", "updatedInput", "updatedPermissions", "message"})
+
+
+def _answer(cli_request_id: str, response: dict[str, Any]) -> bytes:
+    obj = {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": cli_request_id, "response": response},
+    }
+    _refuse_widening(obj)
+    return _line(obj)
+
+
+def session_rule(tool: str) -> dict[str, Any]:
+    """The one permission update we write: allow the whole tool ``tool`` for this session."""
+    return {
+        "type": "addRules",
+        "rules": [{"toolName": tool}],
+        "behavior": "allow",
+        "destination": "session",
+    }
+
+
+def allow(cli_request_id: str, asked_input: Any, session_tool: str | None = None) -> bytes:
+    """Allow once, or for the session (a rule for ``session_tool``); the input exactly as asked:
+    the CLI runs what it gets back, not what it asked about."""
+    response: dict[str, Any] = {"behavior": "allow", "updatedInput": asked_input}
+    if session_tool is not None:
+        response["updatedPermissions"] = [session_rule(session_tool)]
+    return _answer(cli_request_id, response)
+
+
+def deny(cli_request_id: str, message: str) -> bytes:
+    """Deny with ``message`` for the model (the CLI refuses a deny without one as invalid)."""
+    if not message.strip():
+        raise ValueError("a deny needs a message")
+    return _answer(cli_request_id, {"behavior": "deny", "message": message})
+
+
+def answer_questions(
+    cli_request_id: str,
+    asked_input: dict[str, Any],
+    answers: dict[str, str],
+    notes: dict[str, str] | None = None,
+) -> bytes:
+    """AskUserQuestion's answers: an allow whose input is the asked one plus ``answers`` (question
+    text -> a free string) and, per question, the person's ``notes`` in ``annotations``."""
+    updated = {**asked_input, "answers": answers}
+    if notes:
+        updated["annotations"] = {q: {"notes": n} for q, n in notes.items()}
+    return _answer(cli_request_id, {"behavior": "allow", "updatedInput": updated})
+
+
+def _refuse_widening(obj: dict[str, Any]) -> None:
+    """Raise ValueError unless ``obj`` is an answer of the shapes above: a mode change, a
+    directory, a rule kept beyond the session never reach the CLI. ``updatedInput`` is the
+    tool's own input as the CLI asked (its keys are the tool's), so it is not read here."""
+    response = obj.get("response")
+    inner = response.get("response") if isinstance(response, dict) else None
+    if (
+        set(obj) != {"type", "response"}
+        or obj["type"] != "control_response"
+        or not isinstance(response, dict)
+        or set(response) != {"subtype", "request_id", "response"}
+        or response["subtype"] != "success"
+        or not isinstance(response["request_id"], str)
+        or not isinstance(inner, dict)
+        or not set(inner) <= _ANSWER_KEYS
+        or inner.get("behavior") not in ("allow", "deny")
+    ):
+        raise ValueError("refusing a control answer of an unknown shape")
+    rest = {key: value for key, value in inner.items() if key != "updatedInput"}
+    if _names_widening(rest):
+        raise ValueError("refusing a control answer that would widen permissions")
+    for update in inner.get("updatedPermissions", []):
+        rules = update.get("rules") if isinstance(update, dict) else None
+        rule = rules[0] if isinstance(rules, list) and rules else None
+        tool = rule.get("toolName") if isinstance(rule, dict) else None
+        if not isinstance(tool, str) or not tool or update != session_rule(tool):
+            raise ValueError("refusing a permission update other than a session rule for a tool")
+
+
+def _names_widening(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(
+            key in _WIDENING
+            or (key == "destination" and item != "session")
+            or _names_widening(item)
+            for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return any(_names_widening(item) for item in value)
+    return isinstance(value, str) and value in _WIDENING
+
+
 def opening(prompt: str) -> bytes:
     """What a run writes first: ``initialize``, then the prompt."""
     return control_request(INITIALIZE_ID, "initialize") + user_message(prompt)
