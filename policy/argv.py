@@ -46,7 +46,9 @@ FIXED_FLAGS: Final = (*_BASE_FLAGS, *PROMPTS_NONE)
 # The control channel (translator.control): the prompt and control requests are stream-json
 # lines on stdin, which stays open until the run is over. Apart from FIXED_FLAGS, which also
 # start the one-shot CLI of the golden captures (a text prompt on stdin, closed at once).
-CHANNEL_FLAGS: Final = ("--input-format", "stream-json")
+# --replay-user-messages: the CLI echoes each user message when it takes it in, so that the
+# daemon knows when a message written mid-run has been read (translator.control.Channel).
+CHANNEL_FLAGS: Final = ("--input-format", "stream-json", "--replay-user-messages")
 
 
 def build_argv(

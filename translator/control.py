@@ -173,20 +173,36 @@ def task_count(raw: msgspec.Raw) -> int | None:
 class Channel:
     """When the run is over, from what the CLI printed.
 
-    ``over`` is true from a ``result`` line printed while no background task is open, until
-    the CLI says more (a background task that finishes starts a turn of its own, and its
-    ``result`` is then the last one). Background tasks are counted from
-    ``background_tasks_changed``, which lists every open one (a foreground task is not listed).
+    ``over`` is true from a ``result`` line printed while no background task is open and no
+    user message written mid-run is still unread, until the CLI says more (a background task
+    that finishes starts a turn of its own, and its ``result`` is then the last one).
+    Background tasks are counted from ``background_tasks_changed``, which lists every open one
+    (a foreground task is not listed). A user message written mid-run (steering) is taken in at
+    the next tool boundary, or after the turn as a turn of its own: with
+    ``--replay-user-messages`` the CLI echoes every user message when it takes it in — the
+    prompt's first (measured on 2.1.332), so ``written`` inputs are all read once ``written + 1``
+    echoes came.
     """
 
-    __slots__ = ("background", "over")
+    __slots__ = ("background", "over", "replays", "written")
 
     def __init__(self) -> None:
         self.background = 0
         self.over = False
+        self.written = 0  # user messages written after the prompt
+        self.replays = 0  # echoes of user messages, the prompt's included
 
     def result(self) -> None:
-        self.over = self.background == 0
+        self.over = self.background == 0 and (self.written == 0 or self.replays > self.written)
+
+    def input_written(self) -> None:
+        """A user message was written mid-run: the run is not over before its turn's result."""
+        self.written += 1
+        self.over = False
+
+    def replayed(self) -> None:
+        """The CLI echoed a user message it took in (``isReplay``)."""
+        self.replays += 1
 
     def tasks(self, count: int | None) -> None:
         if count is not None:

@@ -321,7 +321,9 @@ class Translator(CardRules, ApprovalRules):
                 self._assistant(msg)
         elif type(msg) is wire.User:
             parent = msg.parent_tool_use_id
-            if parent is not None and parent not in self._seen:
+            if msg.isReplay:
+                self.channel.replayed()  # a user message we wrote, taken in: nothing to show
+            elif parent is not None and parent not in self._seen:
                 self._hold(parent, msg)
             else:
                 self._user(msg)

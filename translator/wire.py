@@ -71,6 +71,8 @@ class User(_Line, tag="user"):
     # Structured data about the tool's result (Edit's structuredPatch, an async launch …). Its
     # shape differs per tool: kept raw and decoded only for the tools that need it.
     tool_use_result: msgspec.Raw = _RAW_NULL
+    # The echo of a user message written to stdin (--replay-user-messages), not a tool result.
+    isReplay: bool = False
 
 
 class System(_Line, tag="system"):

@@ -39,6 +39,7 @@ HEAD = (
     "none",
     "--input-format",
     "stream-json",
+    "--replay-user-messages",
     "--permission-mode",
 )
 ENV = {"PATH": "/usr/bin", "HOME": "/home/u", "SECRET_SAUCE": "x"}
