@@ -79,6 +79,8 @@ class Run:
             "last_seq": self.last_seq,
             "exit_code": self.exit_code,
             "result": msgspec.to_builtins(self.result) if self.result is not None else None,
+            # Requests waiting for a person (the run's status stays ``running`` meanwhile).
+            "pending_approvals": list(self.translator.pending),
         }
 
 
@@ -98,6 +100,7 @@ def record_state(rec: RunRecord) -> dict[str, Any]:
         "last_seq": rec.last_seq,
         "exit_code": rec.exit_code,
         "result": result,
+        "pending_approvals": [],
     }
 
 

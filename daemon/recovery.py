@@ -2,7 +2,8 @@
 
 Their processes outlived that daemon (orphans still carry the run marker) and are killed; the
 run's translator is rebuilt from its stored frames so that the closing frames continue the same
-seq and close exactly the cards that were open.
+seq and close exactly the cards that were open, and the requests still waiting for a person
+(``approval_resolved`` by ``interrupted``, in the frames and in the approvals list).
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ import structlog
 from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.supervision.procs import kill_run
+from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.translator import Limits, Outcome, RunContext, Translator
 from codelegate.translator.frames import decode_frame, encode_frame
 
 _log = structlog.get_logger("codelegate.recovery")
 
 
-async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int:
+async def recover_runs(
+    store: RunStore, limits: Limits, metrics: Metrics, approvals: ApprovalsConfig | None = None
+) -> int:
     """Close every run the store still calls running; returns how many."""
     closed = 0
     for rec in await store.live_runs():
@@ -39,10 +43,14 @@ async def recover_runs(store: RunStore, limits: Limits, metrics: Metrics) -> int
             resumed=rec.resumed,
             started_at=rec.created_at,
         )
-        translator = Translator.restore(ctx, frames, limits)
+        translator = Translator.restore(ctx, frames, limits, approvals=approvals)
         now = time.time()
         for frame in translator.close(Outcome(reason="interrupted"), now):
             store.append_frame(rec.run_id, frame.seq, encode_frame(frame), always=True)
+        try:  # the closing frames said it (approval_resolved by: interrupted); so does the list
+            await store.interrupt_approvals(rec.run_id, now)
+        except StoreError as exc:
+            _log.error("store_approvals_failed", run_id=rec.run_id, error=str(exc))
         result = translator.result
         status = result.status if result is not None else "interrupted"
         if rec.parent_tool_call_id is not None:  # a follow-up continues its Work Room

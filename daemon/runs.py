@@ -29,10 +29,12 @@ from typing import Any, Final, Literal
 import msgspec
 import structlog
 
+from codelegate.daemon.approvals import Approvals
 from codelegate.daemon.hub import Delivery, Fetch, Hub, Replay, Subscriber
 from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.record import Refused, Run, Stopping, record_state, translator_limits
 from codelegate.daemon.recovery import recover_runs
+from codelegate.daemon.steering import send_input
 from codelegate.daemon.store.store import RunRecord, RunStore, StoreError
 from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus, SpawnError
 from codelegate.daemon.tasks import spawn
@@ -49,6 +51,9 @@ from codelegate.policy.request import RunRequest
 from codelegate.translator import Outcome, Redactor, RunContext, Translator
 from codelegate.translator.control import ResultWatch, control_request
 from codelegate.translator.frames import (
+    ApprovalNeeded,
+    ApprovalResolved,
+    AskUser,
     Diagnostic,
     Frame,
     RunResult,
@@ -64,6 +69,8 @@ READ_CHUNK: Final = 1 << 16  # bytes of stdout read at a time
 DRAIN_S: Final = 5.0
 # The end of the CLI's stderr that a failed run reports (and logs).
 STDERR_TAIL_CHARS: Final = 4000
+# Stored even past a run's frame cap: the audit of what was asked and answered stays whole.
+_ALWAYS_STORED: Final = (ApprovalNeeded, AskUser, ApprovalResolved)
 
 
 class RunManager:
@@ -88,6 +95,7 @@ class RunManager:
         self._active: dict[str, Run] = {}
         self._recent: OrderedDict[str, Run] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.approvals = Approvals(store, self._emit, config.approvals.timeout_s)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -228,7 +236,7 @@ class RunManager:
             created_at=now,
             # The run's redactor knows the credentials policy passes to this CLI: it masks them
             # in frames, in the stderr tail and in what the run logs.
-            translator=Translator(ctx, self._limits, Redactor(plan.secrets)),
+            translator=Translator(ctx, self._limits, Redactor(plan.secrets), self.config.approvals),
             plan=plan,
         )
         # From here on nothing awaits: a caller that hangs up cannot leave a half-started run.
@@ -275,6 +283,10 @@ class RunManager:
         except Exception as exc:  # never keep the run's waiters waiting
             _log.exception("store_invocation_failed", error=repr(exc))
 
+    def send_input(self, run_id: str, text: str) -> dict[str, Any]:
+        """Steering: ``text`` as a user message to the run's CLI; 409 once it is ending."""
+        return send_input(self._active.get(run_id), text)
+
     # -- cancelling ------------------------------------------------------------------------
 
     def cancel(self, run_id: str, reason: Stopping = "cancelled") -> bool:
@@ -283,6 +295,8 @@ class RunManager:
         if run is None:
             return False
         if run.stopping is None:
+            # Pending requests first: answered "cancel" before the interrupt drops them.
+            self.approvals.resolve_all(run, "cancel")
             run.stopping = reason
             _log.info("run_stopping", run_id=run_id, reason=reason)
             if run.child is not None:
@@ -330,7 +344,8 @@ class RunManager:
         for frame in frames:
             data = encode_frame(frame)
             batch.append(Delivery(run.run_id, frame.seq, data, isinstance(frame, RunResult)))
-            if not store.append_frame(run.run_id, frame.seq, data, always=keep):
+            always = keep or isinstance(frame, _ALWAYS_STORED)
+            if not store.append_frame(run.run_id, frame.seq, data, always=always):
                 capped = True
             kind = type(frame).__struct_config__.tag
             self._metrics.frames[str(kind)] += 1
@@ -352,7 +367,9 @@ class RunManager:
         """Feed stdout to the translator until EOF; output after a stop is dropped unread."""
         while chunk := await child.read(READ_CHUNK):
             if run.stopping is None:
-                self._emit(run, run.translator.receive_data(chunk, time.time()))
+                frames = run.translator.receive_data(chunk, time.time())
+                self._emit(run, frames)
+                self.approvals.after_data(run, frames)  # its answers go out before a close
                 if run.translator.channel.over:
                     child.close_stdin()  # the last result, no background task open
             elif run.interrupt is not None and run.interrupt.feed(chunk):
@@ -485,7 +502,10 @@ class RunManager:
         if not_stored:
             outcome = msgspec.structs.replace(outcome, frames_not_stored=not_stored)
         # Stored even past the cap: replay and recovery must see how the run ended.
-        self._emit(run, run.translator.close(outcome, now), keep=True)
+        closing = run.translator.close(outcome, now)  # resolves what is pending: interrupted
+        self._emit(run, closing, keep=True)
+        self.approvals.track(run, closing)
+        self.approvals.forget(run)
         result = run.translator.result
         run.result = result
         run.status = result.status if result is not None else "failed"
@@ -529,7 +549,7 @@ class RunManager:
 
     async def recover(self) -> int:
         """Close the runs the store still calls running (the daemon died) as interrupted."""
-        return await recover_runs(self._store, self._limits, self._metrics)
+        return await recover_runs(self._store, self._limits, self._metrics, self.config.approvals)
 
     async def drain(self, grace_s: float) -> None:
         """Let running runs finish for up to ``grace_s`` seconds, then cancel the rest and wait."""
@@ -540,7 +560,8 @@ class RunManager:
                     await asyncio.gather(*waiters)
             except TimeoutError:
                 pass
-        for run_id in list(self._active):
+        for run_id, run in list(self._active.items()):
+            self.approvals.resolve_all(run, "interrupted")  # the daemon goes, not the user
             self.cancel(run_id)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -31,11 +31,12 @@ def e2e_config(
     state: Path,
     claude_section: dict[str, Any] | None = None,
     server_section: dict[str, Any] | None = None,
+    approvals_section: dict[str, Any] | None = None,
     **policy: Any,
 ) -> Config:
     """Development defaults with ``root`` the only workspace root and the pinned CLI; extra
-    ``[claude]`` / ``[server]`` keys in ``claude_section`` / ``server_section``, extra
-    ``[policy]`` keys as keywords."""
+    ``[claude]`` / ``[server]`` / ``[approvals]`` keys in ``claude_section`` /
+    ``server_section`` / ``approvals_section``, extra ``[policy]`` keys as keywords."""
     raw = msgspec.to_builtins(development_config(str(root), claude))
     raw["server"]["socket"] = str(state / "d.sock")
     raw["store"]["path"] = str(state / "store.db")
@@ -43,6 +44,8 @@ def e2e_config(
     raw["policy"].update(policy)
     raw["claude"].update(claude_section or {})
     raw["server"].update(server_section or {})
+    if approvals_section:
+        raw["approvals"] = {**raw.get("approvals", {}), **approvals_section}
     return msgspec.convert(raw, Config)
 
 
@@ -100,8 +103,8 @@ class E2E:
         async with self.client.get(f"{BASE}{path}") as resp:
             return resp.status, await resp.json()
 
-    async def post(self, path: str) -> tuple[int, Any]:
-        async with self.client.post(f"{BASE}{path}") as resp:
+    async def post(self, path: str, body: Any = None) -> tuple[int, Any]:
+        async with self.client.post(f"{BASE}{path}", json=body) as resp:
             return resp.status, await resp.json()
 
     async def settled(self, run_id: str) -> None:
@@ -148,6 +151,12 @@ def daemon_server() -> dict[str, Any]:
 
 
 @pytest.fixture
+def daemon_approvals() -> dict[str, Any]:
+    """Extra ``[approvals]`` settings (``{"enabled": True}`` turns them on); like the others."""
+    return {}
+
+
+@pytest.fixture
 async def e2e(
     claude_bin: str,
     tmp_path: Path,
@@ -155,6 +164,7 @@ async def e2e(
     daemon_policy: dict[str, Any],
     daemon_claude: dict[str, Any],
     daemon_server: dict[str, Any],
+    daemon_approvals: dict[str, Any],
 ) -> AsyncIterator[E2E]:
     """A started daemon (development defaults) against a fresh stub; script ``e2e.stub``."""
     root, workspace, home = workspace_tree(tmp_path)
@@ -162,7 +172,9 @@ async def e2e(
     async with serve_stub(stub):
         env = E2E(stub, workspace, home)
         policy = {"allowed_tools": ["Bash(python3:*)", "Bash(env:*)"], **daemon_policy}
-        config = e2e_config(claude_bin, root, short_dir, daemon_claude, daemon_server, **policy)
+        config = e2e_config(
+            claude_bin, root, short_dir, daemon_claude, daemon_server, daemon_approvals, **policy
+        )
         await env.start(config)
         try:
             yield env
