@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
@@ -100,14 +99,19 @@ def approvals_problem(cfg: ApprovalsConfig, disallowed: tuple[str, ...]) -> tupl
 
 
 class Prompt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """A permission prompt of the CLI (``can_use_tool``), as the translator read it: raw."""
+    """A permission prompt of the CLI: the fields of its ``can_use_tool`` request policy reads,
+    raw (decoded from the request itself, other fields ignored)."""
 
     tool_name: str
-    input: Mapping[str, Any]
+    input: dict[str, Any]
     blocked_path: str | None = None
     decision_reason_type: str | None = None
     agent_id: str | None = None
-    question: bool = False  # AskUserQuestion: a question for a person, not a permission
+
+    @property
+    def question(self) -> bool:
+        """AskUserQuestion: a question for a person, not a permission."""
+        return self.tool_name == QUESTION_TOOL
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):

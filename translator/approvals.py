@@ -40,60 +40,27 @@ from codelegate.translator.frames import (
     ApprovalNeeded,
     ApprovalResolved,
     AskUser,
-    AskUserOption,
-    AskUserQuestion,
     Frame,
-    ProviderApproval,
     ResolvedBy,
     frame_id,
 )
 from codelegate.translator.outcome import NAME_CHARS, Limits, RunContext
+from codelegate.translator.prompts import (
+    QUESTION_CHARS,
+    Question,
+    decode_request,
+    provider_approval,
+    read_questions,
+    shown_questions,
+)
 from codelegate.translator.redact import Redactor
 from codelegate.translator.summary import FILE_CHANGE_TOOLS, changed_path
 
 Decision = Literal["allow", "deny"]
 
-_SCOPE_TEXTS: Final = {
-    "workroom": "This Work Room only",
-    "elevated": "Outside this Work Room",
-    "unknown": "Boundary could not be verified",
-}
-_INSPECT_TOOLS: Final = frozenset({"Read", "Glob", "Grep", "LS"})
 _WAITING: Final = "Waiting for your decision"
 _WORKING: Final = "Working in the selected workspace"
-# A question's texts are the model's: bounded like a path or a name.
-_QUESTION_CHARS: Final = 1024
 _args_encoder: Final = msgspec.json.Encoder()
-
-
-class _CanUseTool(msgspec.Struct, gc=False):
-    subtype: str = ""
-    tool_name: str = ""
-    input: Any = None
-    tool_use_id: str = ""
-    description: str | None = None
-    blocked_path: str | None = None
-    decision_reason_type: str | None = None
-    agent_id: str | None = None
-
-
-class _Option(msgspec.Struct, gc=False):
-    label: str
-    description: str = ""
-
-
-class _Question(msgspec.Struct, gc=False):
-    question: str
-    header: str = ""
-    options: list[_Option] = msgspec.field(default_factory=list)
-    multiSelect: bool = False
-
-
-class _Questions(msgspec.Struct, gc=False):
-    questions: list[_Question]
-
-
-_request_decoder: Final = msgspec.json.Decoder(_CanUseTool)
 
 
 class Asked(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,10 +180,8 @@ class ApprovalRules:
 
     def _control_request(self, msg: wire.ControlRequest) -> None:
         cli_id = msg.request_id
-        try:
-            body: _CanUseTool | None = _request_decoder.decode(msg.request)
-        except msgspec.MsgspecError:
-            body = None
+        decoded = decode_request(msg.request)
+        body, prompt = decoded if decoded is not None else (None, None)
         if body is not None and body.subtype != "can_use_tool":
             self._count("unknown_type")  # a request of a kind this daemon does not speak
             return
@@ -226,26 +191,18 @@ class ApprovalRules:
             self._count("malformed_line")  # nothing to answer it by
             return
         self._by_cli[cli_id] = ""
-        if body is None or not body.tool_use_id or not isinstance(body.input, dict):
+        if body is None or prompt is None or not body.tool_use_id:
             self._count("malformed_line")
             self._control_out.append(control.deny(cli_id, UNREADABLE_MESSAGE))
             return
-        prompt = Prompt(
-            tool_name=body.tool_name,
-            input=body.input,
-            blocked_path=body.blocked_path,
-            decision_reason_type=body.decision_reason_type,
-            agent_id=body.agent_id,
-            question=body.tool_name == QUESTION_TOOL,
-        )
         cfg = self._approvals
         if cfg is None:
             # Approvals off: denied as under --permission-prompts none, and no frame for it.
             self._control_out.append(control.deny(cli_id, OFF_MESSAGE))
-            self._mark_denied(body.tool_use_id, OFF_MESSAGE, body.tool_name)
+            self._mark_denied(body.tool_use_id, OFF_MESSAGE, prompt.tool_name)
             return
         verdict = judge(cfg, prompt, cwd=self.ctx.cwd, pending=len(self._pending))
-        questions = _questions(body.input) if prompt.question else None
+        questions = read_questions(prompt.input) if prompt.question else None
         if prompt.question and not questions:
             verdict = msgspec.structs.replace(verdict, ask=False, deny_message=UNREADABLE_MESSAGE)
         tool_id = self._tool_id(body.tool_use_id)
@@ -253,41 +210,36 @@ class ApprovalRules:
         if not verdict.ask:
             message = verdict.deny_message or UNREADABLE_MESSAGE
             self._control_out.append(control.deny(cli_id, message))
-            self._mark_denied(body.tool_use_id, message, body.tool_name)
+            self._mark_denied(body.tool_use_id, message, prompt.tool_name)
             self._frame(
                 ApprovalResolved,
                 request_id=request_id,
                 decision="deny",
                 scope="once",
                 by="policy",
-                tool=self._said(body.tool_name, NAME_CHARS),
+                tool=self._said(prompt.tool_name, NAME_CHARS),
                 tool_id=tool_id,
             )
             return
         self._invocation_frame("awaiting_approval", current=_WAITING)
         request_id = frame_id(self._run_id, self.seq + 1)
-        expires_at = self._now + cfg.timeout_s
-        agent = self._said(body.agent_id) if body.agent_id else None
-        tool = self._said(body.tool_name, NAME_CHARS)
-        arguments = self._arguments(body.tool_use_id, body.input)
-        if questions:
-            self._ask_user(request_id, tool_id, questions, expires_at, agent)
-        else:
-            self._approval_needed(
-                request_id, tool, tool_id, arguments, body, verdict, expires_at, agent
-            )
         asked = Asked(
             request_id=request_id,
             cli_request_id=cli_id,
             kind="question" if questions else "permission",
-            tool=tool,
+            tool=self._said(prompt.tool_name, NAME_CHARS),
             tool_id=tool_id,
-            arguments=arguments,
+            arguments=self._arguments(body.tool_use_id, prompt.input),
             verdict=verdict,
             asked_at=self._now,
-            expires_at=expires_at,
+            expires_at=self._now + cfg.timeout_s,
             prompt=prompt,
         )
+        agent = self._said(prompt.agent_id) if prompt.agent_id else None
+        if questions:
+            self._ask_user(asked, questions, agent)
+        else:
+            self._approval_needed(asked, body.description, agent)
         self._pending[request_id] = asked
         self._by_cli[cli_id] = request_id
         self._uses[request_id] = body.tool_use_id
@@ -303,80 +255,39 @@ class ApprovalRules:
 
     # --- frames -------------------------------------------------------------------------------
 
-    def _approval_needed(
-        self,
-        request_id: str,
-        tool: str,
-        tool_id: str,
-        arguments: Any,
-        body: _CanUseTool,
-        verdict: Verdict,
-        expires_at: float,
-        agent: str | None,
-    ) -> None:
-        name = body.tool_name
+    def _approval_needed(self, asked: Asked, description: str | None, agent: str | None) -> None:
+        name = asked.prompt.tool_name
         files = None
         if name in FILE_CHANGE_TOOLS:
-            changed = changed_path(name, body.input, self.ctx.cwd)
+            changed = changed_path(name, asked.prompt.input, self.ctx.cwd)
             files = _file_names(self._said(changed) if changed else None, self.redactor.clean_chars)
         self._frame(
             ApprovalNeeded,
-            request_id=request_id,
-            tool=tool,
-            arguments=arguments,
-            description=self._said(body.description) if body.description else None,
-            tool_id=tool_id,
-            activityId=tool_id if self._invocation is not None else None,
-            expires_at=expires_at,
+            request_id=asked.request_id,
+            tool=asked.tool,
+            arguments=asked.arguments,
+            description=self._said(description) if description else None,
+            tool_id=asked.tool_id,
+            activityId=asked.tool_id if self._invocation is not None else None,
+            expires_at=asked.expires_at,
             agent_id=agent,
-            providerApproval=ProviderApproval(
-                action=_action(name),
-                scope=_SCOPE_TEXTS[verdict.classification],
-                reason="Apply the requested workspace file changes"
-                if name in FILE_CHANGE_TOOLS
-                else "Claude Code requested approval to continue",
-                scopeClassification=verdict.classification,
-                allowOnce=verdict.allow_once,
-                allowSession=verdict.allow_session,
-                files=files,
-            ),
+            providerApproval=provider_approval(name, asked.verdict, files),
         )
 
-    def _ask_user(
-        self,
-        request_id: str,
-        tool_id: str,
-        questions: list[_Question],
-        expires_at: float,
-        agent: str | None,
-    ) -> None:
-        items = self.limits.items
-
-        def said(text: str) -> str:
-            return self._said(text, _QUESTION_CHARS)
-
-        shown = [
-            AskUserQuestion(
-                question=said(q.question),
-                header=said(q.header),
-                options=[
-                    AskUserOption(label=said(o.label), description=said(o.description))
-                    for o in q.options[:items]
-                ],
-                multiSelect=q.multiSelect,
-            )
-            for q in questions[:items]
-        ]
+    def _ask_user(self, asked: Asked, questions: list[Question], agent: str | None) -> None:
+        shown = shown_questions(
+            questions, lambda text: self._said(text, QUESTION_CHARS), self.limits.items
+        )
         first = shown[0]
         self._frame(
             AskUser,
-            request_id=request_id,
-            tool_id=tool_id,
+            request_id=asked.request_id,
+            tool_id=asked.tool_id,
             question=first.question,
             options=[o.label for o in first.options],
             multi_select=first.multiSelect,
             questions=shown,
-            expires_at=expires_at,
+            expires_at=asked.expires_at,
             agent_id=agent,
         )
 
@@ -407,7 +318,7 @@ class ApprovalRules:
             self._mark_denied(self._uses[asked.request_id], message, prompt.tool_name)
             return control.deny(cli_id, message)
         if asked.kind == "question":
-            asked_texts = {q.question for q in _questions(prompt.input) or ()}
+            asked_texts = {q.question for q in read_questions(prompt.input) or ()}
             return control.answer_questions(
                 cli_id,
                 dict(prompt.input),
@@ -455,24 +366,6 @@ def restore_pending(t: ApprovalRules, frames: Iterable[Frame]) -> None:
             )
         elif isinstance(frame, ApprovalResolved):
             t._pending.pop(frame.request_id, None)
-
-
-def _action(tool: str) -> str:
-    if tool == "Bash":
-        return "Run a workspace command"
-    if tool in FILE_CHANGE_TOOLS:
-        return "Make workspace file changes"
-    if tool in _INSPECT_TOOLS:
-        return "Inspect the workspace"
-    return "Perform a provider action"
-
-
-def _questions(raw: Any) -> list[_Question] | None:
-    try:
-        questions = msgspec.convert(raw, _Questions).questions
-    except msgspec.ValidationError:
-        return None
-    return questions or None
 
 
 def _only(texts: Mapping[str, str] | None, keys: set[str]) -> dict[str, str]:

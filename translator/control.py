@@ -117,7 +117,8 @@ def answer_questions(
 def _refuse_widening(obj: dict[str, Any]) -> None:
     """Raise ValueError unless ``obj`` is an answer of the shapes above: a mode change, a
     directory, a rule kept beyond the session never reach the CLI. ``updatedInput`` is the
-    tool's own input as the CLI asked (its keys are the tool's), so it is not read here."""
+    tool's own input as the CLI asked (its keys are the tool's) and ``message`` free text for
+    the model, so neither is searched for the words of a widening."""
     response = obj.get("response")
     inner = response.get("response") if isinstance(response, dict) else None
     if (
@@ -132,7 +133,10 @@ def _refuse_widening(obj: dict[str, Any]) -> None:
         or inner.get("behavior") not in ("allow", "deny")
     ):
         raise ValueError("refusing a control answer of an unknown shape")
-    rest = {key: value for key, value in inner.items() if key != "updatedInput"}
+    # The message is words for the model (a person's feedback may name anything): a string.
+    if not isinstance(inner.get("message", ""), str):
+        raise ValueError("refusing a control answer of an unknown shape")
+    rest = {key: value for key, value in inner.items() if key not in ("updatedInput", "message")}
     if _names_widening(rest):
         raise ValueError("refusing a control answer that would widen permissions")
     for update in inner.get("updatedPermissions", []):

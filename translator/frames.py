@@ -145,7 +145,7 @@ class ProviderActivity(_Frame, tag="provider_activity", frozen=True, kw_only=Tru
     files: list[str] | None = None  # file_change rows: the files, relative to the run's cwd
 
 
-class ProviderApproval(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ProviderApproval(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """O Chat's approval card texts: each from its allowlist (DESIGN "Approvals"), or it hides
     the card. No defaults: every field is always in the JSON."""
 
