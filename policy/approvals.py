@@ -4,10 +4,18 @@ Off by default: a run fails closed exactly as before (``--permission-prompts non
 CLI asks the host (``can_use_tool``), and this module decides before anyone is asked
 (:func:`judge`): a prompt for a tool outside ``ask`` is denied at once, as is one past
 ``max_pending``; the rest become a request a person answers. :func:`check_answer` refuses an
-answer that would reach further than the operator allows: ``session`` scope (a session rule for
-the whole tool) only for ``allow_session`` tools asked about inside the Work Room. No answer can
-change the permission mode: the mode-switching tools can never be asked about (they would leave
-plan mode on an "allow"), and the control lines (``translator.control``) carry nothing else.
+answer that would reach further than the operator allows: ``session`` scope only for
+``allow_session`` tools asked about inside the Work Room, and only as the session rule policy
+chose (:class:`SessionRule`). No answer can change the permission mode: the mode-switching tools
+can never be asked about (they would leave plan mode on an "allow"), and the control lines
+(``translator.control``) carry nothing else.
+
+A session rule naming a whole file tool (``{"toolName": "Write"}``) lets that tool write
+*anywhere* for the rest of the session, outside the workspace too (measured on 2.1.332). So a
+file tool's rule is ``Edit(//<cwd>/**)``: the CLI's Edit rules cover every file-editing tool,
+and this one only inside the run's workspace (measured: a later Write inside runs unasked, one
+outside is asked again). It covers all four file tools at once, so it is offered only when every
+file tool the operator asks about may be approved for the session.
 
 Pure: the workspace is compared as strings (``posixpath``), nothing is read from disk.
 """
@@ -36,6 +44,8 @@ MODE_TOOLS: Final = frozenset({"ExitPlanMode", "EnterPlanMode"})
 # session rule we write names a whole tool.
 TOOL_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _PATH_KEYS: Final = ("file_path", "notebook_path")
+# A workspace path that can go into a rule as it is: no glob or rule syntax, no spaces.
+_RULE_PATH: Final = re.compile(r"/[A-Za-z0-9._/@+-]*", re.ASCII)
 
 OFF_MESSAGE: Final = (
     "This needs a person's approval, and approvals are off for this daemon, so it was not run. "
@@ -114,14 +124,23 @@ class Prompt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return self.tool_name == QUESTION_TOOL
 
 
+class SessionRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The one session rule an approval for the session may add (an allow rule, destination
+    ``session``): a tool, narrowed to a path pattern for the file tools."""
+
+    tool_name: str
+    rule_content: str | None = None
+
+
 class Verdict(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What policy says of a prompt before anyone is asked."""
 
     ask: bool  # False: denied now with ``deny_message`` (``by: policy``)
     classification: Scope
     allow_once: bool  # O Chat's allowOnce: only inside the Work Room
-    allow_session: bool  # a session rule may be granted (workroom, tool in allow_session)
+    allow_session: bool  # a session rule may be granted: ``session_rule``
     deny_message: str | None = None
+    session_rule: SessionRule | None = None
 
 
 def classify(prompt: Prompt, cwd: str) -> Scope:
@@ -167,13 +186,32 @@ def judge(cfg: ApprovalsConfig, prompt: Prompt, *, cwd: str, pending: int) -> Ve
     elif pending >= cfg.max_pending:
         message = TOO_MANY_MESSAGE
     workroom = scope == "workroom"
+    rule = session_rule(cfg, tool, cwd) if message is None and workroom else None
     return Verdict(
         ask=message is None,
         classification=scope,
         allow_once=message is None and workroom,
-        allow_session=message is None and workroom and tool in cfg.allow_session,
+        allow_session=rule is not None,
         deny_message=message,
+        session_rule=rule,
     )
+
+
+def session_rule(cfg: ApprovalsConfig, tool: str, cwd: str) -> SessionRule | None:
+    """The rule a session approval of ``tool`` adds, None when it may not have one (see the
+    module docstring for why a file tool's is an Edit rule over the workspace)."""
+    # Here, not at the top: the translator package imports this module as it loads.
+    from codelegate.translator.summary import FILE_CHANGE_TOOLS
+
+    if tool not in cfg.allow_session:
+        return None
+    if tool not in FILE_CHANGE_TOOLS:
+        return SessionRule(tool_name=tool)
+    asked_files = FILE_CHANGE_TOOLS.intersection(cfg.ask)
+    root = posixpath.normpath(cwd)
+    if not asked_files <= set(cfg.allow_session) or not _RULE_PATH.fullmatch(root) or root == "/":
+        return None
+    return SessionRule(tool_name="Edit", rule_content=f"/{root}/**")
 
 
 def check_answer(verdict: Verdict, *, approved: bool, scope: str) -> AnswerScope:

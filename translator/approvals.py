@@ -34,8 +34,8 @@ from codelegate.policy.approvals import (
     judge,
     timeout_message,
 )
-from codelegate.translator import control, wire
 from codelegate.translator.cards import _file_names, _shrink_args
+from codelegate.translator.control import allow, answer_questions, deny
 from codelegate.translator.frames import (
     ApprovalNeeded,
     ApprovalResolved,
@@ -55,6 +55,7 @@ from codelegate.translator.prompts import (
 )
 from codelegate.translator.redact import Redactor
 from codelegate.translator.summary import FILE_CHANGE_TOOLS, changed_path
+from codelegate.translator.wire import ControlCancel, ControlRequest
 
 Decision = Literal["allow", "deny"]
 
@@ -178,7 +179,7 @@ class ApprovalRules:
 
     # --- lines of the CLI -----------------------------------------------------------------------
 
-    def _control_request(self, msg: wire.ControlRequest) -> None:
+    def _control_request(self, msg: ControlRequest) -> None:
         cli_id = msg.request_id
         decoded = decode_request(msg.request)
         body, prompt = decoded if decoded is not None else (None, None)
@@ -193,12 +194,12 @@ class ApprovalRules:
         self._by_cli[cli_id] = ""
         if body is None or prompt is None or not body.tool_use_id:
             self._count("malformed_line")
-            self._control_out.append(control.deny(cli_id, UNREADABLE_MESSAGE))
+            self._control_out.append(deny(cli_id, UNREADABLE_MESSAGE))
             return
         cfg = self._approvals
         if cfg is None:
             # Approvals off: denied as under --permission-prompts none, and no frame for it.
-            self._control_out.append(control.deny(cli_id, OFF_MESSAGE))
+            self._control_out.append(deny(cli_id, OFF_MESSAGE))
             self._mark_denied(body.tool_use_id, OFF_MESSAGE, prompt.tool_name)
             return
         verdict = judge(cfg, prompt, cwd=self.ctx.cwd, pending=len(self._pending))
@@ -209,7 +210,7 @@ class ApprovalRules:
         request_id = frame_id(self._run_id, self.seq + 1)
         if not verdict.ask:
             message = verdict.deny_message or UNREADABLE_MESSAGE
-            self._control_out.append(control.deny(cli_id, message))
+            self._control_out.append(deny(cli_id, message))
             self._mark_denied(body.tool_use_id, message, prompt.tool_name)
             self._frame(
                 ApprovalResolved,
@@ -245,7 +246,7 @@ class ApprovalRules:
         self._uses[request_id] = body.tool_use_id
         self._asked_out.append(asked)
 
-    def _control_cancel(self, msg: wire.ControlCancel) -> None:
+    def _control_cancel(self, msg: ControlCancel) -> None:
         # The CLI withdrew its request (it does so before answering our interrupt): nothing
         # may be written for it any more.
         request_id = self._by_cli.get(msg.request_id)
@@ -316,17 +317,17 @@ class ApprovalRules:
         if decision == "deny":
             message = message if message and message.strip() else DENIED_MESSAGE
             self._mark_denied(self._uses[asked.request_id], message, prompt.tool_name)
-            return control.deny(cli_id, message)
+            return deny(cli_id, message)
         if asked.kind == "question":
             asked_texts = {q.question for q in read_questions(prompt.input) or ()}
-            return control.answer_questions(
+            return answer_questions(
                 cli_id,
                 dict(prompt.input),
                 _only(answers, asked_texts),
                 _only(notes, asked_texts) or None,
             )
-        session = prompt.tool_name if scope == "session" else None
-        return control.allow(cli_id, prompt.input, session)
+        rule = asked.verdict.session_rule if scope == "session" else None
+        return allow(cli_id, prompt.input, rule)
 
     def _settle(self, asked: Asked, decision: Decision, scope: str, by: ResolvedBy) -> None:
         del self._pending[asked.request_id]

@@ -14,11 +14,16 @@ whole, one JSON object and a newline, never assembled by hand.
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+import re
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from codelegate.policy.approvals import TOOL_NAME
 from codelegate.translator.lines import LineSplitter
+
+if TYPE_CHECKING:
+    from codelegate.policy.approvals import SessionRule
 
 # The request id of the ``initialize`` request; one per process, so it needs nothing unique.
 INITIALIZE_ID: Final = "initialize"
@@ -74,22 +79,23 @@ def _answer(cli_request_id: str, response: dict[str, Any]) -> bytes:
     return _line(obj)
 
 
-def session_rule(tool: str) -> dict[str, Any]:
-    """The one permission update we write: allow the whole tool ``tool`` for this session."""
-    return {
-        "type": "addRules",
-        "rules": [{"toolName": tool}],
-        "behavior": "allow",
-        "destination": "session",
-    }
+# A rule's content we write: a path pattern over one folder (policy.approvals.session_rule).
+_RULE_CONTENT: Final = re.compile(r"//[A-Za-z0-9._/@+-]+/\*\*", re.ASCII)
 
 
-def allow(cli_request_id: str, asked_input: Any, session_tool: str | None = None) -> bytes:
-    """Allow once, or for the session (a rule for ``session_tool``); the input exactly as asked:
-    the CLI runs what it gets back, not what it asked about."""
+def session_rule(tool: str, content: str | None = None) -> dict[str, Any]:
+    """The one permission update we write: an allow rule for this session only, for ``tool``
+    (narrowed to ``content``, a path pattern, when given)."""
+    rule = {"toolName": tool} if content is None else {"toolName": tool, "ruleContent": content}
+    return {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"}
+
+
+def allow(cli_request_id: str, asked_input: Any, rule: SessionRule | None = None) -> bytes:
+    """Allow once, or for the session (with the session rule policy chose); the input exactly
+    as asked: the CLI runs what it gets back, not what it asked about."""
     response: dict[str, Any] = {"behavior": "allow", "updatedInput": asked_input}
-    if session_tool is not None:
-        response["updatedPermissions"] = [session_rule(session_tool)]
+    if rule is not None:
+        response["updatedPermissions"] = [session_rule(rule.tool_name, rule.rule_content)]
     return _answer(cli_request_id, response)
 
 
@@ -143,8 +149,14 @@ def _refuse_widening(obj: dict[str, Any]) -> None:
         rules = update.get("rules") if isinstance(update, dict) else None
         rule = rules[0] if isinstance(rules, list) and rules else None
         tool = rule.get("toolName") if isinstance(rule, dict) else None
-        if not isinstance(tool, str) or not tool or update != session_rule(tool):
-            raise ValueError("refusing a permission update other than a session rule for a tool")
+        content = rule.get("ruleContent") if isinstance(rule, dict) else None
+        if (
+            not isinstance(tool, str)
+            or not TOOL_NAME.fullmatch(tool)
+            or (content is not None and not _RULE_CONTENT.fullmatch(str(content)))
+            or update != session_rule(tool, content)
+        ):
+            raise ValueError("refusing a permission update other than one session rule")
 
 
 def _names_widening(value: object) -> bool:

@@ -14,11 +14,13 @@ from codelegate.policy.approvals import (
     TOO_MANY_MESSAGE,
     ApprovalsConfig,
     Prompt,
+    SessionRule,
     Verdict,
     check_answer,
     classify,
     deny_message,
     judge,
+    session_rule,
     timeout_message,
 )
 from codelegate.policy.config import parse_config
@@ -145,9 +147,46 @@ def test_a_workspace_at_the_root_holds_every_absolute_path() -> None:
 
 def test_a_file_change_inside_the_work_room_is_asked_with_once_and_session() -> None:
     verdict = judge(ON, prompt(input={"file_path": f"{CWD}/n.txt"}), cwd=CWD, pending=0)
+    # Not a rule for the whole tool (that one lets Write write anywhere, measured on 2.1.332):
+    # an Edit rule, which the CLI applies to every file tool, over the workspace only.
     assert verdict == Verdict(
-        ask=True, classification="workroom", allow_once=True, allow_session=True
+        ask=True,
+        classification="workroom",
+        allow_once=True,
+        allow_session=True,
+        session_rule=SessionRule(tool_name="Edit", rule_content=f"/{CWD}/**"),
     )
+
+
+def test_a_tool_without_paths_gets_a_session_rule_for_the_whole_tool_if_listed() -> None:
+    cfg = ApprovalsConfig(enabled=True, ask=("Bash", "Write"), allow_session=("Bash",))
+    touch = prompt("Bash", blocked_path=f"{CWD}/made.txt", input={"command": "touch made.txt"})
+    assert judge(cfg, touch, cwd=CWD, pending=0).session_rule == SessionRule(tool_name="Bash")
+
+
+@pytest.mark.parametrize(
+    ("allow_session", "cwd"),
+    [
+        # The Edit rule would also spare Edit, which the operator wants asked each time.
+        (("Write",), CWD),
+        # A workspace path with glob or rule syntax cannot go into a rule as it is.
+        (("Write", "Edit", "MultiEdit", "NotebookEdit"), "/srv/ws/de*mo"),
+        (("Write", "Edit", "MultiEdit", "NotebookEdit"), "/srv/ws/a b"),
+        (("Write", "Edit", "MultiEdit", "NotebookEdit"), "/srv/ws/x)"),
+    ],
+)
+def test_a_file_tool_is_offered_for_the_session_only_with_a_rule_that_stays_inside(
+    allow_session: tuple[str, ...], cwd: str
+) -> None:
+    cfg = ApprovalsConfig(enabled=True, allow_session=allow_session)
+    verdict = judge(cfg, prompt(input={"file_path": f"{cwd}/n.txt"}), cwd=cwd, pending=0)
+    assert (verdict.ask, verdict.allow_once) == (True, True)
+    assert (verdict.allow_session, verdict.session_rule) == (False, None)
+
+
+def test_a_workspace_at_the_root_is_never_offered_a_session_rule() -> None:
+    assert session_rule(ON, "Write", "/") is None
+    assert session_rule(ON, "Bash", CWD) is None  # not in allow_session
 
 
 def test_bash_is_asked_but_never_offered_for_the_session_by_default() -> None:

@@ -9,10 +9,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from codelegate.policy.approvals import ApprovalsConfig
+from codelegate.policy.approvals import ApprovalsConfig, SessionRule
 from codelegate.policy.errors import PolicyError
 from codelegate.translator import Outcome, Translator
 from codelegate.translator.control import (
@@ -23,6 +23,7 @@ from codelegate.translator.control import (
     deny,
 )
 from codelegate.translator.frames import ApprovalNeeded, ApprovalResolved, AskUser, Frame
+from codelegate.translator.summary import FILE_CHANGE_TOOLS
 from tests.translator.helpers import CWD, assistant, context, init_line, line, tool_use
 
 # --- the guard ---------------------------------------------------------------------------------
@@ -38,7 +39,8 @@ def answer_obj(**response: Any) -> dict[str, Any]:
 def test_the_three_answers_are_whole_json_lines() -> None:
     for raw in (
         allow("r", {"command": "ls"}),
-        allow("r", {"file_path": "a"}, "Write"),
+        allow("r", {"file_path": "a"}, SessionRule(tool_name="Edit", rule_content="//srv/ws/**")),
+        allow("r", {"command": "ls"}, SessionRule(tool_name="Bash")),
         deny("r", "No."),
         answer_questions("r", {"questions": []}, {"Q": "A"}, {"Q": "n"}),
     ):
@@ -139,9 +141,19 @@ def test_the_guard_refuses_any_answer_that_widens_or_is_not_ours(obj: dict[str, 
             "behavior": "allow",
             "destination": "session",
         },
+        *(
+            {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"}
+            for rule in (
+                {"toolName": "Edit", "ruleContent": "//**"},
+                {"toolName": "Edit", "ruleContent": "/srv/**"},
+                {"toolName": "Edit", "ruleContent": "//srv/*/**"},
+                {"toolName": "Edit", "ruleContent": 5},
+                {"toolName": "Bash(x)"},
+            )
+        ),
     ],
 )
-def test_the_only_permission_update_is_one_session_rule_for_a_whole_tool(update: Any) -> None:
+def test_the_only_permission_update_is_one_session_rule(update: Any) -> None:
     with pytest.raises(ValueError, match="refusing"):
         _refuse_widening(answer_obj(behavior="allow", updatedInput={}, updatedPermissions=[update]))
 
@@ -176,8 +188,11 @@ def test_the_translator_counts_echoes_and_shows_none() -> None:
 
 # --- the property --------------------------------------------------------------------------------
 
-TOOLS = st.sampled_from(["Write", "Edit", "Bash", "Read", "WebFetch", "AskUserQuestion", "Mystery"])
-PATHS = st.sampled_from([f"{CWD}/n.txt", "n.txt", "../out.txt", "/etc/passwd", None])
+# Weighted towards what can be approved for the session (file tools, Bash, inside the Work Room).
+TOOLS = st.sampled_from(
+    ["Write", "Write", "Edit", "Bash", "Bash", "Read", "WebFetch", "AskUserQuestion", "Mystery"]
+)
+PATHS = st.sampled_from([f"{CWD}/n.txt", "n.txt", f"{CWD}/a/b", "../out.txt", "/etc/passwd", None])
 SUGGESTIONS = st.sampled_from(
     [
         [],
@@ -196,8 +211,8 @@ SUGGESTIONS = st.sampled_from(
 )
 ANSWERS = st.lists(
     st.tuples(
-        st.sampled_from(["allow", "deny", "timeout", "cancel", "withdraw"]),
-        st.sampled_from(["once", "session", "forever"]),
+        st.sampled_from(["allow", "allow", "deny", "timeout", "cancel", "withdraw"]),
+        st.sampled_from(["once", "session", "session", "forever"]),
         st.integers(0, 4),  # which request (by order asked): repeats and late answers too
         st.sampled_from([None, "", "Use the other one.", "bypassPermissions"]),
     ),
@@ -206,8 +221,10 @@ ANSWERS = st.lists(
 CONFIGS = st.builds(
     ApprovalsConfig,
     enabled=st.just(True),
-    ask=st.just(("Write", "Edit", "Bash", "Read")),
-    allow_session=st.sampled_from([(), ("Write",), ("Write", "Edit"), ("Write", "Bash")]),
+    ask=st.sampled_from([("Write", "Edit", "Bash", "Read"), ("Write", "Bash", "Read")]),
+    allow_session=st.sampled_from(
+        [(), ("Write",), ("Write", "Edit"), ("Write", "Bash"), ("Write", "Edit", "Bash")]
+    ),
     max_pending=st.integers(1, 3),
 )
 
@@ -232,7 +249,7 @@ def prompt_line(n: int, tool: str, path: str | None, suggestions: list[Any]) -> 
     )
 
 
-def check_line(raw: bytes, cfg: ApprovalsConfig, classified: dict[str, str]) -> None:
+def check_line(raw: bytes, cfg: ApprovalsConfig, classified: dict[str, tuple[str, str]]) -> None:
     obj = json.loads(raw)
     assert obj["type"] == "control_response"
     response = obj["response"]["response"]
@@ -243,20 +260,51 @@ def check_line(raw: bytes, cfg: ApprovalsConfig, classified: dict[str, str]) -> 
     for word in ("setMode", '"mode"', "bypassPermissions", "addDirectories", "localSettings"):
         assert word not in text
     for update in response.get("updatedPermissions", []):
+        event("a session rule was written")
         (rule,) = update["rules"]
         assert update == {
             "type": "addRules",
-            "rules": [{"toolName": rule["toolName"]}],
+            "rules": [rule],
             "behavior": "allow",
             "destination": "session",
         }
-        assert rule["toolName"] in cfg.allow_session
-        assert classified[obj["response"]["request_id"]] == "workroom"
+        tool, klass = classified[obj["response"]["request_id"]]
+        assert klass == "workroom"
+        assert tool in cfg.allow_session
+        if tool in FILE_CHANGE_TOOLS:
+            # Never the whole tool: that would let it write outside the workspace.
+            assert rule == {"toolName": "Edit", "ruleContent": f"/{CWD}/**"}
+            assert FILE_CHANGE_TOOLS.intersection(cfg.ask) <= set(cfg.allow_session)
+        else:
+            assert rule == {"toolName": tool}
     if response["behavior"] == "deny":
         assert response["message"].strip()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The answers that matter most, always tried (random search finds them in a few % of cases).
+SESSION_FOR_ALL = ApprovalsConfig(
+    enabled=True, allow_session=("Write", "Edit", "MultiEdit", "NotebookEdit", "Bash")
+)
+
+
+@example(
+    cfg=SESSION_FOR_ALL, prompts=[("Write", "n.txt", [])], answers=[("allow", "session", 0, None)]
+)
+@example(
+    cfg=SESSION_FOR_ALL,
+    prompts=[("Bash", "n.txt", []), ("Write", "../out.txt", [])],
+    answers=[
+        ("allow", "session", 0, None),
+        ("allow", "session", 4, None),
+        ("allow", "session", 1, None),
+    ],
+)
+@example(
+    cfg=ApprovalsConfig(enabled=True, allow_session=("Write",)),
+    prompts=[("Write", "n.txt", [])],
+    answers=[("allow", "session", 0, None)],
+)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     cfg=CONFIGS,
     prompts=st.lists(st.tuples(TOOLS, PATHS, SUGGESTIONS), min_size=1, max_size=5),
@@ -269,7 +317,7 @@ def test_no_sequence_of_prompts_and_answers_widens_permissions(
     frames: list[Frame] = translator.start(1000.0)
     frames += translator.receive_data(init_line(), 1000.0)
     lines: list[bytes] = []
-    classified: dict[str, str] = {}  # the CLI's request id -> the class asked with
+    classified: dict[str, tuple[str, str]] = {}  # the CLI's request id -> tool, class
     order: list[str] = []  # our request ids, as asked
     cli_ids: dict[str, str] = {}
     refusals: list[int] = []
@@ -279,19 +327,23 @@ def test_no_sequence_of_prompts_and_answers_widens_permissions(
         for asked in translator.take_asked():
             order.append(asked.request_id)
             cli_ids[asked.request_id] = asked.cli_request_id
-            classified[asked.cli_request_id] = asked.verdict.classification
+            classified[asked.cli_request_id] = (
+                asked.prompt.tool_name,
+                asked.verdict.classification,
+            )
 
     queue = list(enumerate(prompts))
     now = 1001.0
-    for action, scope, which, message in [*answers, *[("prompt", "", 0, None)] * len(prompts)]:
+    # The first prompt comes first; "which == 4" brings the next one between two answers; the
+    # rest come after the last answer (and are still pending at close).
+    steps = [("prompt", "", 4, None), *answers, *[("prompt", "", 4, None)] * len(prompts)]
+    for action, scope, which, message in steps:
         now += 1
-        if action == "prompt" or (queue and which == 4):
-            if queue:
-                n, (tool, path, suggestions) = queue.pop(0)
-                frames += translator.receive_data(prompt_line(n, tool, path, suggestions), now)
-                take()
-            continue
-        if not order:
+        if which == 4 and queue:
+            n, (tool, path, suggestions) = queue.pop(0)
+            frames += translator.receive_data(prompt_line(n, tool, path, suggestions), now)
+            take()
+        if action == "prompt" or not order:
             continue
         rid = order[which % len(order)]
         if action == "withdraw":

@@ -188,10 +188,11 @@ def test_allow_for_the_session_adds_only_a_session_rule_for_the_tool() -> None:
     resolved, sent = answer(
         translator.resolve(rid, decision="allow", scope="session", by="client", now=1003.0)
     )
+    # Edit rules cover every file tool; this one only inside the run's workspace.
     assert sent["response"]["response"]["updatedPermissions"] == [
         {
             "type": "addRules",
-            "rules": [{"toolName": "Edit"}],
+            "rules": [{"toolName": "Edit", "ruleContent": f"/{CWD}/**"}],
             "behavior": "allow",
             "destination": "session",
         }
