@@ -15,6 +15,7 @@ from codelegate.policy.errors import ConfigError, PolicyError
 from codelegate.policy.launch import LaunchPlan, plan_launch
 from codelegate.policy.modes import DANGEROUS_FLAGS, REQUEST_MODES, SAFE_CLI_MODES, names_bypass
 from codelegate.policy.request import decode_run_request
+from tests.policy.test_launch import HEAD
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
 HOSTILE = [
@@ -143,16 +144,6 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
     assert modes[0] in SAFE_CLI_MODES
     assert not DANGEROUS_FLAGS & set(argv)
     assert not any(names_bypass(arg) for arg in argv)
-    assert argv[1:12] == (
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--include-partial-messages",
-        "--forward-subagent-text",
-        "--safe-mode",
-        "--setting-sources",
-        "",
-        "--permission-prompts",
-        "none",
-    )
+    # The fixed head of every launch, pinned once in test_launch (the config here has approvals
+    # off: what needs approval is denied).
+    assert argv[1:12] == HEAD[1:12]
