@@ -16,9 +16,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.e2e.conftest import E2E, daemon_claude, daemon_policy, daemon_server, e2e
+from tests.e2e.conftest import (
+    E2E,
+    daemon_approvals,
+    daemon_claude,
+    daemon_policy,
+    daemon_server,
+    e2e,
+)
 
-__all__ = ["daemon_claude", "daemon_policy", "daemon_server", "e2e"]
+__all__ = ["daemon_approvals", "daemon_claude", "daemon_policy", "daemon_server", "e2e"]
 
 Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 IO_TIMEOUT = 60.0
