@@ -174,7 +174,7 @@ class ApprovalRules:
             return []
         self._now = now
         for asked in list(self._pending.values()):
-            self._settle(asked, "deny", "once", by)
+            self._settle(asked, "deny", "once", by, ending=True)
         return self._take()
 
     # --- lines of the CLI -----------------------------------------------------------------------
@@ -329,7 +329,9 @@ class ApprovalRules:
         rule = asked.verdict.session_rule if scope == "session" else None
         return allow(cli_id, prompt.input, rule)
 
-    def _settle(self, asked: Asked, decision: Decision, scope: str, by: ResolvedBy) -> None:
+    def _settle(
+        self, asked: Asked, decision: Decision, scope: str, by: ResolvedBy, ending: bool = False
+    ) -> None:
         del self._pending[asked.request_id]
         self._uses.pop(asked.request_id, None)
         self._frame(
@@ -341,8 +343,8 @@ class ApprovalRules:
             tool=asked.tool,
             tool_id=asked.tool_id,
         )
-        # Back to work once nothing waits (not on a cancel: the run is ending).
-        if not self._pending and by != "cancel":
+        # Back to work once nothing waits; not when the run is ending (a cancel, the close).
+        if not self._pending and by != "cancel" and not ending:
             self._invocation_frame("running", current=_WORKING)
 
 

@@ -190,7 +190,7 @@ class Translator(CardRules, ApprovalRules):
         for agent in list(self._streaming):
             self._end_stream(agent)
         for asked in list(self._pending.values()):  # nobody can answer them any more
-            self._settle(asked, "deny", "once", "interrupted")
+            self._settle(asked, "deny", "once", "interrupted", ending=True)
         # Subagent lines still waiting for their Task card are not dropped: shown as they are.
         while self._held:
             _, held = self._held.popitem()

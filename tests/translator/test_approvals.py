@@ -362,8 +362,11 @@ def test_resolve_all_on_cancel_ends_every_pending_request_without_a_line() -> No
         ("approval_resolved", "cancel"),
         ("approval_resolved", "cancel"),
     ]
+    asked(translator, "Write", "t3", input=write_input("c.txt"), request_id="req-3")
+    frames = as_data(translator.resolve_all("interrupted", 1006.0))
+    assert [f["type"] for f in frames] == ["approval_resolved"]  # the daemon is going down
     assert translator.pending == {}
-    assert translator.resolve_all("cancel", 1006.0) == []
+    assert translator.resolve_all("cancel", 1007.0) == []
 
 
 def test_close_resolves_what_is_left_interrupted_before_the_result() -> None:
@@ -373,6 +376,9 @@ def test_close_resolves_what_is_left_interrupted_before_the_result() -> None:
     kinds = [(f["type"], f.get("by")) for f in frames]
     assert kinds.index(("approval_resolved", "interrupted")) < kinds.index(("tool_result", None))
     assert kinds[-1] == ("run_result", None)
+    # Not "running" again on the way out: the Work Room goes from waiting to its end.
+    statuses = [f["status"] for f in frames if f["type"] == "provider_invocation"]
+    assert statuses == ["failed"]
     assert translator.resolve_all("interrupted", 1006.0) == []
     assert translator.resolve("run-1:5", decision="deny", by="client", now=1.0) is None
 
