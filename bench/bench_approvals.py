@@ -135,27 +135,31 @@ async def run(args: argparse.Namespace) -> int:
     print(_row("can_use_tool -> approval_needed", ask))
     print(_row("baseline: pipe line written", base_answer))
     print(_row("answer POST -> line read by CLI", answer))
-    ok = True
-    for name, values, floor in (("ask", ask, base_ask), ("answer", answer, base_answer)):
-        p99 = percentile(values, 0.99)
-        met = p99 <= TARGET_MS
-        ok = ok and met
-        print(
-            f"target {name}: p99 {p99:.2f} ms <= {TARGET_MS:g} ms -> {'met' if met else 'MISSED'}"
-            f" (baseline p99 {percentile(floor, 0.99):.2f} ms)"
-        )
-    return 0 if ok else 1
+    verdicts = [
+        _verdict("ask", ask, base_ask),
+        _verdict("answer", answer, base_answer),
+    ]
+    return 0 if all(verdicts) else 1
+
+
+def _verdict(name: str, values: list[float], floor: list[float]) -> bool:
+    p99 = percentile(values, 0.99)
+    met = p99 <= TARGET_MS
+    verdict = "met" if met else "MISSED"
+    baseline_p99 = percentile(floor, 0.99)
+    print(f"target {name}: p99 {p99:.2f} ms <= {TARGET_MS:g} ms -> {verdict}", end="")
+    print(f" (baseline p99 {baseline_p99:.2f} ms)")
+    return met
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table and the verdict; exit 1 when a target is missed."""
+    """Print the table and the verdicts; exit 1 when a target is missed."""
+    options = argv or []
+    quick = "--quick" in options  # 40 requests, one round
     parser = argparse.ArgumentParser(prog="python -m bench approvals")
-    parser.add_argument("--n", type=int, default=200, help="requests per run")
-    parser.add_argument("--rounds", type=int, default=3)
-    args, _ = parser.parse_known_args(argv or [])
-    if "--quick" in (argv or []):
-        args.n, args.rounds = 40, 1
-    return on_uvloop(run(args))
+    parser.add_argument("--n", type=int, default=40 if quick else 200, help="requests a run")
+    parser.add_argument("--rounds", type=int, default=1 if quick else 3)
+    return on_uvloop(run(parser.parse_known_args(options)[0]))
 
 
 if __name__ == "__main__":
