@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import aiohttp
 import uvloop
 
+from tests.reliability.conftest import alive_marked
+
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CLAUDE = str(ROOT / "tests" / "fakes" / "fake_claude.py")
 BASE = "http://codelegate"
@@ -67,21 +69,7 @@ def cpu_seconds(pid: int) -> float:
 
 def marked_pids(run_id: str) -> list[int]:
     """Live processes carrying the run marker ``CODELEGATE_RUN_ID=<run_id>``."""
-    needle = f"CODELEGATE_RUN_ID={run_id}".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read()
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and needle in environ.split(b"\0"):
-            out.append(int(entry))
-    return out
+    return alive_marked(run_id)
 
 
 def percentile(values: list[float], q: float) -> float:

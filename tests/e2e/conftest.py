@@ -18,6 +18,7 @@ import pytest
 from codelegate.daemon.serving.server import ServerHandle, start_server
 from codelegate.daemon.serving.state import manager_of
 from codelegate.policy.config import Config, development_config
+from tests.reliability.conftest import alive_marked
 from tests.stub.anthropic import Stub, serve_stub
 from tests.stub.claude import API_KEY
 
@@ -209,18 +210,4 @@ def is_run_result(frame: dict[str, Any]) -> bool:
 
 def marked_processes(run_id: str) -> list[int]:
     """Live processes carrying this run's marker in their environment (DESIGN: supervision)."""
-    needle = f"CODELEGATE_RUN_ID={run_id}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = fh.read()
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and needle in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
+    return alive_marked(run_id)
