@@ -26,7 +26,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from codelegate.daemon.clients.board import Board, CleanConsole, MultiBoard
-from codelegate.daemon.clients.terminal_ask import Approvals, Ask, terminal_asker
+from codelegate.daemon.clients.terminal_ask import Approvals, Ask, Post, terminal_asker
 from codelegate.daemon.clients.tool import socket_path, unreachable
 from codelegate.translator.frames import Frame, RunResult, decode_frame
 
@@ -227,6 +227,17 @@ def _interrupts(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
     return pressed
 
 
+def _poster(http: aiohttp.ClientSession) -> Post:
+    async def post(path: str, body: dict[str, Any]) -> int:
+        try:
+            async with http.post(f"{BASE}{path}", json=body) as response:
+                return response.status
+        except aiohttp.ClientError:
+            return 0
+
+    return post
+
+
 def _sink(renderer: Renderer, approvals: Approvals) -> Callable[[bytes, Frame | None], None]:
     def sink(raw: bytes, frame: Frame | None) -> None:
         renderer.line(raw, frame)
@@ -262,7 +273,7 @@ async def run_async(
             renderer.note(f"refused: {exc}", style="red")
             return EXIT_REFUSED if 400 <= exc.status < 500 else EXIT_RUN_FAILED
         renderer.note(f"run {run_id} · {args.cwd}")
-        approvals = Approvals(http, ask, renderer.note)
+        approvals = Approvals(_poster(http), ask, renderer.note)
         with renderer, contextlib.closing(approvals):
             following = asyncio.ensure_future(follow(http, run_id, _sink(renderer, approvals)))
             stopped = asyncio.ensure_future(stop.wait())
@@ -300,7 +311,7 @@ async def watch_async(
             renderer.board.cwd = str(state.get("cwd") or "") or None
             created = state.get("created_at")
             renderer.board.started = float(created) if isinstance(created, int | float) else None
-        sink = _sink(renderer, Approvals(http, None, renderer.note))  # shown, never answered
+        sink = _sink(renderer, Approvals(_poster(http), None, renderer.note))  # shown only
         with renderer:
             job: asyncio.Future[RunResult | None] = asyncio.ensure_future(
                 follow(http, args.run, sink) if args.run else follow_all(http, sink)

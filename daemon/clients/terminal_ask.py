@@ -11,22 +11,20 @@ decides. ``watch`` never answers: it shows each pending request until it is reso
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-import aiohttp
-
 from codelegate.translator.frames import ApprovalNeeded, ApprovalResolved, Frame
 
-BASE: Final = "http://codelegate"
 _SUMMARY_CHARS: Final = 200
 
 # Reads one answer after showing a prompt; None when there is nothing more to read.
 Ask = Callable[[str], Awaitable[str | None]]
 Note = Callable[[str, str], None]
+# POSTs a JSON body to a path of the daemon's API; the HTTP status (0: no answer).
+Post = Callable[[str, dict[str, Any]], Awaitable[int]]
 
 
 def summary(frame: ApprovalNeeded) -> str:
@@ -104,8 +102,8 @@ def terminal_asker() -> Ask | None:
 class Approvals:
     """A run's requests as a terminal shows them, and (``run`` with an ``ask``) answers them."""
 
-    def __init__(self, http: aiohttp.ClientSession, ask: Ask | None, note: Note) -> None:
-        self._http = http
+    def __init__(self, post: Post, ask: Ask | None, note: Note) -> None:
+        self._post = post
         self._ask = ask
         self._note = note
         self._open: dict[str, asyncio.Task[None]] = {}
@@ -135,7 +133,7 @@ class Approvals:
         self._open.clear()
 
     async def _answer(self, frame: ApprovalNeeded, ask: Ask) -> None:
-        url = f"{BASE}/v1/runs/{frame.run_id}/approvals/{frame.request_id}"
+        path = f"/v1/runs/{frame.run_id}/approvals/{frame.request_id}"
         allow_session = frame.providerApproval.allowSession
         while True:
             reply = await ask(question(frame, time.time()))
@@ -144,11 +142,10 @@ class Approvals:
             body = answer_body(reply, allow_session=allow_session)
             if body is None:
                 continue
-            with contextlib.suppress(aiohttp.ClientError):
-                async with self._http.post(url, json=body) as response:
-                    if response.status == 403:  # session scope refused: once or not at all
-                        allow_session = False
-                        continue
-                    if response.status == 409:
-                        self._note("  (that request was already resolved)", "dim")
+            status = await self._post(path, body)
+            if status == 403:  # session scope refused: once or not at all
+                allow_session = False
+                continue
+            if status == 409:
+                self._note("  (that request was already resolved)", "dim")
             return
