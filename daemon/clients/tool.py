@@ -5,7 +5,9 @@ cwd="", model="", timeout=600, agent=None) -> str``, and the same JSON envelope 
 session_id, resumed, status, result, error, exit_code, usage, total_cost_usd``) plus ours
 (``run_id, files_changed, permission_denials, changes, commands``). The permission mode is not
 the model's to choose: whoever registers the tool binds it, ``ClaudeCode(mode="accept_edits")``,
-and the daemon still refuses a mode its operator did not allow.
+and the daemon still refuses a mode its operator did not allow. A permission request of the run
+(daemon ``[approvals]`` on) is put to the agent's own IO and answered there (tool_approve.py);
+without an IO it is denied, unless ``ClaudeCode(approve=…)`` decides.
 
 Standard library only (with :mod:`.tool_follow`), so an agent's venv needs nothing else.
 It starts the run over the daemon's Unix socket (``wait: true``: that connection is the run's
