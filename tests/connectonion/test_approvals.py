@@ -16,6 +16,7 @@ import pytest
 from codelegate.daemon.clients.tool_approve import NO_ONE_HERE
 from tests.connectonion.conftest import Loop, call, say, tool_messages
 from tests.e2e.approvals import ON
+from tests.golden.test_control_channel import ASK, QUESTION
 from tests.stub.anthropic import text, tool
 
 pytestmark = pytest.mark.e2e
@@ -35,13 +36,14 @@ def envelope_of(request: dict[str, Any]) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def asking(loop: Loop) -> AsyncIterator[asyncio.Future[str]]:
     """The agent's turn on its thread; a test that fails while the tool waits for an answer
-    still lets the thread go (a deny naming no request), so that the loop can shut down."""
+    still lets the thread go (an answer naming no request), so that the loop can shut down."""
     turn = asyncio.ensure_future(loop.ask("Touch it."))
     try:
         yield turn
     finally:
         if not turn.done():
             loop.io.answer_request({"type": "APPROVAL_RESPONSE", "approved": False})
+            loop.io.answer_request({"type": "ASK_USER_RESPONSE", "answer": ""})
             await asyncio.wait_for(asyncio.shield(turn), 60)
 
 
@@ -120,3 +122,24 @@ async def test_without_an_io_the_tool_denies_and_claude_is_told_why(loop: Loop) 
     assert await asyncio.wait_for(loop.ask("Touch it."), 60) == "completed"
     assert not (loop.e2e.workspace.parent / "outside.txt").exists()
     assert NO_ONE_HERE in loop.e2e.stub.requests_of()[1].history_text()
+
+
+@pytest.mark.parametrize("daemon_approvals", [ON])
+async def test_a_question_goes_to_the_io_as_ask_user_and_its_answer_to_claude(loop: Loop) -> None:
+    loop.e2e.stub.main.turns = [tool("AskUserQuestion", **ASK), text("Blue it is.")]
+    loop.model.replies = [
+        call("claude_code", prompt="Ask which colour.", cwd=""),
+        lambda request: say(envelope_of(request)["status"]),
+    ]
+    async with asking(loop) as turn:
+        event = await loop.until(lambda e: e.get("type") == "ask_user")
+        assert (event["question"], event["options"], event["multi_select"]) == (
+            QUESTION,
+            ["Red", "Blue"],
+            False,
+        )
+        answer = {"type": "ASK_USER_RESPONSE", "request_id": event["id"], "answer": "Blue"}
+        assert loop.io.answer_request(answer) is None
+        assert await asyncio.wait_for(turn, 60) == "completed"
+    history = loop.e2e.stub.requests_of()[1].history_text()
+    assert f'Your questions have been answered: "{QUESTION}"="Blue"' in history
