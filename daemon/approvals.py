@@ -79,6 +79,8 @@ def decode_body(body: bytes, kind: type[Answer] | type[QuestionAnswer]) -> Any:
 
 
 Emit = Callable[[Run, list[Frame]], None]
+# What a row takes of the translator's pending request as it is (its arguments are encoded).
+_ASKED_FIELDS: Final = ("request_id", "kind", "tool", "tool_id", "asked_at", "expires_at")
 
 
 class Approvals:
@@ -110,16 +112,7 @@ class Approvals:
 
     def _asked(self, run: Run, asked: Asked) -> None:
         key = (run.run_id, asked.request_id)
-        row = ApprovalRow(
-            run_id=run.run_id,
-            request_id=asked.request_id,
-            kind=asked.kind,
-            tool=asked.tool,
-            tool_id=asked.tool_id,
-            asked_at=asked.asked_at,
-            expires_at=asked.expires_at,
-            arguments=msgspec.json.encode(asked.arguments),
-        )
+        row = asked_row(run.run_id, asked)
         self._rows[key] = row
         self._store.put_approval(row)
         delay = max(0.0, asked.expires_at - time.time())
@@ -283,6 +276,12 @@ class Approvals:
         """``GET /v1/runs/{id}/approvals``: every request of the run and its answer."""
         rows = await self._store.approvals(run_id)
         return [_listed(row) for row in rows]
+
+
+def asked_row(run_id: str, asked: Asked) -> ApprovalRow:
+    """The approvals row of a request put to a person, not answered yet."""
+    shared = {name: getattr(asked, name) for name in _ASKED_FIELDS}
+    return ApprovalRow(run_id=run_id, arguments=msgspec.json.encode(asked.arguments), **shared)
 
 
 def _listed(row: ApprovalRow) -> dict[str, Any]:

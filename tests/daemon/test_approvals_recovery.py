@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from codelegate.daemon.store.approvals import ApprovalRow
+from codelegate.daemon.approvals import asked_row
 from codelegate.daemon.store.store import RunRecord, RunStore
 from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.policy.config import Config
@@ -63,17 +63,7 @@ async def test_a_request_left_waiting_by_a_dead_daemon_ends_interrupted(
     for frame in frames:
         store.append_frame(RUN, frame.seq, encode_frame(frame))
     # As the dead daemon had written it: asked, not answered.
-    store.put_approval(
-        ApprovalRow(
-            run_id=RUN,
-            request_id=asked.request_id,
-            kind=asked.kind,
-            tool=asked.tool,
-            tool_id=asked.tool_id,
-            asked_at=asked.asked_at,
-            expires_at=asked.expires_at,
-        )
-    )
+    store.put_approval(asked_row(RUN, asked))
     await store.flush()
     await store.close()
 
