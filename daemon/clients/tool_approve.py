@@ -11,10 +11,11 @@ ConnectOnion's ``ask_user`` event, one per question, and the answers are posted 
 
 Fail closed: without an IO that can send and receive, or for a requester ConnectOnion calls other
 than ``admin``, the request is denied ("No one can approve this here") unless whoever registered
-the tool passed ``approve`` (called with the frame; True/False, or an answer dict for the
-daemon). The call blocks while the person decides, as ConnectOnion's own tools do; a Stop that
-arrives meanwhile (``UserInterrupt``, or a ``PROVIDER_INTERRUPT`` taken as the answer) cancels the
-run. An answer that comes after the daemon's timeout gets 409 and changes nothing.
+the tool passed ``approve`` (called with the frame when there is nobody to ask; True/False, or
+an answer dict for the daemon). The call blocks while the person decides, as ConnectOnion's own
+tools do; a Stop that arrives meanwhile (``UserInterrupt``, or a ``PROVIDER_INTERRUPT`` taken as
+the answer) cancels the run. An answer that comes after the daemon's timeout gets 409 and
+changes nothing.
 """
 
 from __future__ import annotations
@@ -46,26 +47,21 @@ class Approver:
         self._io = io if callable(send) and callable(receive) and allowed else None
         self.answered = 0
 
-    @property
-    def can_ask(self) -> bool:
-        """Whether a person (or the operator's ``approve``) can answer here."""
-        return self._io is not None or self._approve is not None
-
     def approval(self, frame: dict[str, Any]) -> None:
         """Answer an ``approval_needed`` frame (blocks until it is answered)."""
         url = _url(frame, "approvals")
         if url is None:
             return
-        if self._approve is not None:
-            decided = self._approve(frame)
-            body = decided if isinstance(decided, dict) else {"approved": bool(decided)}
-        elif self._io is None:
-            body = {"approved": False, "feedback": NO_ONE_HERE}
-        else:
+        if self._io is not None:
             answer = self._ask(_approval_event(frame), frame["run_id"])
             if answer is None:
                 return
             body = _approval_body(answer)
+        elif self._approve is not None:  # nobody to ask: the operator's rule decides
+            decided = self._approve(frame)
+            body = decided if isinstance(decided, dict) else {"approved": bool(decided)}
+        else:
+            body = {"approved": False, "feedback": NO_ONE_HERE}
         self._post(url, body)
 
     def question(self, frame: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ import pytest
 from codelegate.daemon.clients.tool_approve import NO_ONE_HERE
 from tests.connectonion.conftest import Loop, call, say, tool_messages
 from tests.e2e.approvals import ON
+from tests.e2e.conftest import E2E
 from tests.golden.test_control_channel import ASK, QUESTION
 from tests.stub.anthropic import text, tool
 
@@ -143,3 +144,27 @@ async def test_a_question_goes_to_the_io_as_ask_user_and_its_answer_to_claude(lo
         assert await asyncio.wait_for(turn, 60) == "completed"
     history = loop.e2e.stub.requests_of()[1].history_text()
     assert f'Your questions have been answered: "{QUESTION}"="Blue"' in history
+
+
+@pytest.mark.parametrize("daemon_approvals", [ON])
+async def test_with_nobody_to_ask_the_operators_approve_rule_decides(e2e: E2E) -> None:
+    from codelegate.daemon.clients.tool import delegate
+
+    assert e2e.handle is not None
+    e2e.stub.main.turns = [tool("Bash", command=OUTSIDE, description="Touch"), text("Ok.")]
+    asked: list[dict[str, Any]] = []
+
+    def approve(frame: dict[str, Any]) -> bool:
+        asked.append(frame)
+        return frame["tool"] == "Bash"
+
+    result = await asyncio.to_thread(
+        delegate,
+        "Touch ../outside.txt.",
+        cwd=str(e2e.workspace),
+        path=e2e.handle.socket_path or "",
+        approve=approve,
+    )
+    assert result["status"] == "completed"
+    assert [f["arguments"]["command"] for f in asked] == [OUTSIDE]
+    assert (e2e.workspace.parent / "outside.txt").exists()
