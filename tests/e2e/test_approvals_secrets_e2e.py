@@ -1,25 +1,23 @@
 """Secrets in a permission request: the CLI gets the input exactly as asked (raw, from memory),
-while the frames, the approvals list, the store (WAL too) and the logs hold only the redacted
-copy; a deny's feedback is stored redacted too. Fresh random secrets, real CLI."""
+while the frames, the approvals list and the store (WAL too) hold only the redacted copy, and
+the daemon's log events none of it; a deny's feedback is stored redacted too. Fresh random
+secrets, real CLI."""
 
 from __future__ import annotations
 
-import io
 import secrets
 import string
 from pathlib import Path
 
 import pytest
+import structlog
 
 from codelegate.daemon.serving.state import CONFIG
-from tests.daemon.conftest import log_stream
 from tests.e2e.approvals import ON, asking
 from tests.e2e.conftest import E2E, is_run_result
 from tests.stub.anthropic import text, tool
 
 pytestmark = pytest.mark.e2e
-
-__all__ = ["log_stream"]
 
 
 def _ghp() -> str:
@@ -27,9 +25,13 @@ def _ghp() -> str:
 
 
 @pytest.mark.parametrize("daemon_approvals", [ON])
-async def test_a_requests_secrets_reach_the_cli_raw_and_nothing_else_unredacted(
-    log_stream: io.StringIO, e2e: E2E
-) -> None:
+async def test_a_requests_secrets_reach_the_cli_raw_and_nothing_else_unredacted(e2e: E2E) -> None:
+    # What the daemon logs, as it logs it (before redaction): it must not log them at all.
+    with structlog.testing.capture_logs() as events:
+        await _ask_allow_and_deny(e2e, events)
+
+
+async def _ask_allow_and_deny(e2e: E2E, events: list[dict[str, object]]) -> None:
     key = "sk-ant-api03-" + secrets.token_hex(24)
     told = _ghp()
     first = tool("Write", file_path=e2e.path("n.txt"), content=f"api_key = {key}\n")
@@ -56,7 +58,7 @@ async def test_a_requests_secrets_reach_the_cli_raw_and_nothing_else_unredacted(
     seen = {
         "frames": repr(frames),
         "approvals list": repr(listed),
-        "logs": log_stream.getvalue(),
+        "logs": repr(events),
     }
     for name in (store, Path(f"{store}-wal")):
         if name.exists():
@@ -64,7 +66,7 @@ async def test_a_requests_secrets_reach_the_cli_raw_and_nothing_else_unredacted(
     for where, what in seen.items():
         assert core not in what, where
         assert ghp_core not in what, where
-    assert "approval_asked" in seen["logs"]  # the daemon's log lines were looked at
+    assert "approval_asked" in seen["logs"]  # the daemon's log events were looked at
     assert "store.db-wal" in seen or "store.db" in seen
     assert [r["decision"] for r in listed["approvals"]] == ["allow", "deny"]
     assert "[redacted]" in (listed["approvals"][1]["message"] or "")

@@ -25,7 +25,13 @@ from tests.daemon.conftest import (  # log_stream: the fixture, shared
 
 # The real daemon + real CLI + API stub of the end-to-end suite, for the tests that need the
 # pinned CLI to plant the input (settings isolation).
-from tests.e2e.conftest import daemon_claude, daemon_policy, daemon_server, e2e  # noqa: F401
+from tests.e2e.conftest import (  # noqa: F401
+    daemon_approvals,
+    daemon_claude,
+    daemon_policy,
+    daemon_server,
+    e2e,
+)
 from tests.fakes import FAKE_CLAUDE
 
 __all__ = ["log_stream"]
