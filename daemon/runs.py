@@ -21,6 +21,7 @@ from typing import Final
 import msgspec
 import structlog
 
+from codelegate.daemon.approvals import Approvals
 from codelegate.daemon.deliveries import Delivery
 from codelegate.daemon.driving import Driver
 from codelegate.daemon.hub import Hub
@@ -28,6 +29,7 @@ from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.record import Run, Stopping, finish_record, run_context, translator_limits
 from codelegate.daemon.recovery import recover_runs
 from codelegate.daemon.runlog import RunLog
+from codelegate.daemon.steering import send_input
 from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.subscriptions import Subscriptions
@@ -46,6 +48,9 @@ from codelegate.policy.launch import (
 from codelegate.policy.request import RunRequest
 from codelegate.translator import Outcome, Redactor, Translator
 from codelegate.translator.frames import (
+    ApprovalNeeded,
+    ApprovalResolved,
+    AskUser,
     Diagnostic,
     Frame,
     RunResult,
@@ -56,6 +61,8 @@ _log = structlog.get_logger("codelegate.runs")
 
 # Finished runs kept in memory for replay without a store round trip.
 RECENT_RUNS: Final = 64
+# Stored even past a run's frame cap: the audit of what was asked and answered stays whole.
+_ALWAYS_STORED: Final = (ApprovalNeeded, AskUser, ApprovalResolved)
 
 
 class RunManager:
@@ -80,7 +87,8 @@ class RunManager:
         self._active: dict[str, Run] = {}
         self._recent: OrderedDict[str, Run] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._driver = Driver(config, self._limits.line_bytes, self._emit, self._tasks)
+        self.approvals = Approvals(store, self._emit, config.approvals.timeout_s)
+        self._driver = Driver(config, self._limits.line_bytes, self._emit_output, self._tasks)
         # The door clients follow runs through (the runs' logs, the hub, the store).
         self.subscriptions = Subscriptions(hub, store, find=self.get, live=self._active.values)
 
@@ -170,7 +178,7 @@ class RunManager:
             record=rec,
             # The run's redactor knows the credentials policy passes to this CLI: it masks them
             # in frames, in the stderr tail and in what the run logs.
-            translator=Translator(ctx, self._limits, Redactor(plan.secrets)),
+            translator=Translator(ctx, self._limits, Redactor(plan.secrets), self.config.approvals),
             plan=plan,
             log=RunLog(run_id, self._hub, self._keep_frames),
         )
@@ -219,6 +227,10 @@ class RunManager:
         except Exception as exc:  # never keep the run's waiters waiting
             _log.exception("store_invocation_failed", error=repr(exc))
 
+    def send_input(self, run_id: str, text: str) -> dict[str, Any]:
+        """Steering: ``text`` as a user message to the run's CLI; 409 once it is ending."""
+        return send_input(self._active.get(run_id), text)
+
     # -- cancelling ------------------------------------------------------------------------
 
     def cancel(self, run_id: str, reason: Stopping = "cancelled") -> bool:
@@ -227,6 +239,8 @@ class RunManager:
         if run is None:
             return False
         if run.stopping is None:
+            # Pending requests first: answered "cancel" before the interrupt drops them.
+            self.approvals.resolve_all(run, "cancel")
             run.stopping = reason
             _log.info("run_stopping", run_id=run_id, reason=reason)
             if run.child is not None:
@@ -235,6 +249,12 @@ class RunManager:
         return True
 
     # -- driving ---------------------------------------------------------------------------
+
+    def _emit_output(self, run: Run, frames: list[Frame]) -> None:
+        """Frames of the CLI's output, then the control lines and requests they brought: the
+        answers go out before stdin can close."""
+        self._emit(run, frames)
+        self.approvals.after_data(run, frames)
 
     def _emit(self, run: Run, frames: list[Frame], *, keep: bool = False) -> None:
         """Encode once; log, store and publish in one synchronous step.
@@ -249,7 +269,8 @@ class RunManager:
         for frame in frames:
             data = encode_frame(frame)
             batch.append(Delivery(run.run_id, frame.seq, data, isinstance(frame, RunResult)))
-            if not store.append_frame(run.run_id, frame.seq, data, always=keep):
+            always = keep or isinstance(frame, _ALWAYS_STORED)
+            if not store.append_frame(run.run_id, frame.seq, data, always=always):
                 capped = True
             kind = type(frame).__struct_config__.tag
             self._metrics.frames[str(kind)] += 1
@@ -305,7 +326,10 @@ class RunManager:
         if not_stored:
             outcome = msgspec.structs.replace(outcome, frames_not_stored=not_stored)
         # Stored even past the cap: replay and recovery must see how the run ended.
-        self._emit(run, run.translator.close(outcome, now), keep=True)
+        closing = run.translator.close(outcome, now)  # resolves what is pending: interrupted
+        self._emit(run, closing, keep=True)
+        self.approvals.track(run, closing)
+        self.approvals.forget(run)
         rec = finish_record(run.record, run.translator.result, outcome.exit_code, now)
         self._metrics.runs_finished[rec.status] += 1
         self._metrics.observe_duration(max(0.0, now - rec.created_at))
@@ -339,7 +363,7 @@ class RunManager:
 
     async def recover(self) -> int:
         """Close the runs the store still calls running (the daemon died) as interrupted."""
-        return await recover_runs(self._store, self._limits, self._metrics)
+        return await recover_runs(self._store, self._limits, self._metrics, self.config.approvals)
 
     async def drain(self, grace_s: float) -> None:
         """Let running runs finish for up to ``grace_s`` seconds, then cancel the rest and wait."""
@@ -350,7 +374,8 @@ class RunManager:
                     await asyncio.gather(*waiters)
             except TimeoutError:
                 pass
-        for run_id in list(self._active):
+        for run_id, run in list(self._active.items()):
+            self.approvals.resolve_all(run, "interrupted")  # the daemon goes, not the user
             self.cancel(run_id)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -2,7 +2,9 @@
 
 The fixed part pins headless, fail-closed behaviour: ``--safe-mode`` (no CLAUDE.md, hooks,
 plugins, MCP servers), ``--setting-sources ""`` (no settings file of HOME or the workspace) and
-``--permission-prompts none`` (whatever would prompt is denied).
+``--permission-prompts none`` (whatever would prompt is denied). With ``[approvals]`` on, the
+last is ``--permission-prompts host --permission-prompt-tool stdio`` instead: the CLI asks on
+the control channel and waits (``host`` alone asks nothing and denies, measured on 2.1.332).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from codelegate.policy.settings import refused_settings, settings_json
 if TYPE_CHECKING:
     from codelegate.policy.config import Config
 
-FIXED_FLAGS: Final = (
+_BASE_FLAGS: Final = (
     "-p",
     "--output-format",
     "stream-json",
@@ -37,13 +39,17 @@ FIXED_FLAGS: Final = (
     # removes Bash, which changes what every mode can do.
     "--setting-sources",
     "",
-    "--permission-prompts",
-    "none",
 )
+PROMPTS_NONE: Final = ("--permission-prompts", "none")
+PROMPTS_HOST: Final = ("--permission-prompts", "host", "--permission-prompt-tool", "stdio")
+# What the golden one-shot captures start too (tests/stub/claude.py): fail closed.
+FIXED_FLAGS: Final = (*_BASE_FLAGS, *PROMPTS_NONE)
 # The control channel (translator.control): the prompt and control requests are stream-json
 # lines on stdin, which stays open until the run is over. Apart from FIXED_FLAGS, which also
 # start the one-shot CLI of the golden captures (a text prompt on stdin, closed at once).
-CHANNEL_FLAGS: Final = ("--input-format", "stream-json")
+# --replay-user-messages: the CLI echoes each user message when it takes it in, so that the
+# daemon knows when a message written mid-run has been read (translator.control.Channel).
+CHANNEL_FLAGS: Final = ("--input-format", "stream-json", "--replay-user-messages")
 
 
 def build_argv(
@@ -56,7 +62,7 @@ def build_argv(
     max_budget_usd: float | None = None,
 ) -> tuple[str, ...]:
     """argv for one run; the operator's allow/deny rules go last, callers cannot add any."""
-    argv = [config.claude.path, *FIXED_FLAGS, *CHANNEL_FLAGS]
+    argv = [config.claude.path, *_BASE_FLAGS, *prompt_flags(config), *CHANNEL_FLAGS]
     if config.claude.settings:
         # Checked again here, not only at config load, in case a Config was built by hand.
         if refused_settings(config.claude.settings):
@@ -81,6 +87,20 @@ def build_argv(
     return tuple(argv)
 
 
+def prompt_flags(config: Config) -> tuple[str, ...]:
+    """How the CLI treats what needs approval: denied (approvals off), or asked on stdio."""
+    return PROMPTS_HOST if config.approvals.enabled else PROMPTS_NONE
+
+
+def _prompts_ok(argv: list[str]) -> bool:
+    """Exactly one of the two permission-prompt settings, never in the ``--flag=value`` form."""
+    if any(arg.startswith(("--permission-prompts=", "--permission-prompt-tool=")) for arg in argv):
+        return False
+    prompts = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--permission-prompts"]
+    tools = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--permission-prompt-tool"]
+    return (prompts, tools) in ((["none"], []), (["host"], ["stdio"]))
+
+
 def _refuse_bypass(argv: list[str]) -> None:
     """Defence in depth: whatever built the pieces, a bypass never reaches the CLI, and no
     settings file of HOME or the workspace is loaded."""
@@ -90,6 +110,7 @@ def _refuse_bypass(argv: list[str]) -> None:
         len(modes) != 1
         or modes[0] not in SAFE_CLI_MODES
         or sources != [""]
+        or not _prompts_ok(argv)
         or any(arg in DANGEROUS_FLAGS or names_bypass(arg) for arg in argv)
         or any(arg.startswith("--setting-sources=") for arg in argv)
     ):

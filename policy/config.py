@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from codelegate.policy.approvals import ApprovalsConfig, approvals_problem
 from codelegate.policy.environment import refused_pass_env
 from codelegate.policy.errors import ConfigError
 from codelegate.policy.modes import REQUEST_MODES, RequestMode, names_bypass
@@ -136,6 +137,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     fanout: FanoutConfig | None = None
+    approvals: ApprovalsConfig = msgspec.field(default_factory=ApprovalsConfig)
 
 
 SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
@@ -145,6 +147,7 @@ SECTIONS: Final[dict[str, type[msgspec.Struct]]] = {
     "limits": LimitsConfig,
     "store": StoreConfig,
     "fanout": FanoutConfig,
+    "approvals": ApprovalsConfig,
 }
 
 # A Claude Code permission rule such as ``Read``, ``Bash(git diff:*)`` or ``mcp__x__y``. It may not
@@ -300,6 +303,9 @@ def _validate(config: Config, source: str) -> Config:
             )
     if config.fanout is not None:
         _validate_fanout(config.fanout, fail)
+    problem = approvals_problem(config.approvals, policy.disallowed_tools)
+    if problem:
+        raise fail(*problem)
     return msgspec.structs.replace(
         config, policy=msgspec.structs.replace(policy, workspaces=tuple(roots))
     )

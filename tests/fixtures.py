@@ -114,6 +114,12 @@ def daemon_server() -> dict[str, Any]:
 
 
 @pytest.fixture
+def daemon_approvals() -> dict[str, Any]:
+    """Extra ``[approvals]`` settings for ``e2e`` (``{"enabled": True}`` turns them on)."""
+    return {}
+
+
+@pytest.fixture
 async def e2e(
     claude_bin: str,
     tmp_path: Path,
@@ -121,6 +127,7 @@ async def e2e(
     daemon_policy: dict[str, Any],
     daemon_claude: dict[str, Any],
     daemon_server: dict[str, Any],
+    daemon_approvals: dict[str, Any],
 ) -> AsyncIterator[E2E]:
     """A started daemon (development defaults, the pinned CLI) against a fresh loopback stub;
     script ``e2e.stub``."""
@@ -129,7 +136,9 @@ async def e2e(
     async with serve_stub(stub):
         env = E2E(stub, workspace, home)
         policy = {"allowed_tools": ["Bash(python3:*)", "Bash(env:*)"], **daemon_policy}
-        config = e2e_config(claude_bin, root, short_dir, daemon_claude, daemon_server, **policy)
+        config = e2e_config(
+            claude_bin, root, short_dir, daemon_claude, daemon_server, daemon_approvals, **policy
+        )
         await env.start(config)
         try:
             yield env

@@ -26,7 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("daemon", "translator", "policy")
 MAX_LINES = 450
 # The tool runs in the agent's venv, which has nothing of ours but this package.
-STDLIB_ONLY = ("codelegate.daemon.clients.tool", "codelegate.daemon.clients.tool_follow")
+STDLIB_ONLY = (
+    "codelegate.daemon.clients.tool",
+    "codelegate.daemon.clients.tool_follow",
+    "codelegate.daemon.clients.tool_approve",
+    "codelegate.daemon.clients.unix_http",
+)
 AIOHTTP_ALLOWED = ("codelegate.daemon.serving", "codelegate.daemon.clients.terminal")
 # What a client may import of the project: the pure packages, the other clients, the key scheme.
 CLIENT_MAY_IMPORT = (

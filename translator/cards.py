@@ -329,6 +329,11 @@ class CardRules:
         message = wire.text(event.message) or ""
         specific = message.partition("What required approval:")[2].strip()
         reason = specific or wire.text(event.decision_reason) or message or "permission denied"
+        self._mark_denied(use_id, reason, wire.text(event.tool_name))
+
+    def _mark_denied(self, use_id: str, reason: str, tool_name: str | None) -> None:
+        """The call ``use_id`` was denied: its card closes ``permission_denied`` with ``reason``
+        and the run's result lists it (also for a host deny, which has no system line)."""
         card = self._cards.get(use_id)
         if card is not None:
             card.denied = reason
@@ -336,9 +341,7 @@ class CardRules:
         if tool_id not in self._denials:
             self._denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
-                name=self._said(
-                    wire.text(event.tool_name) or (card.tool if card else _UNKNOWN_TOOL)
-                ),
+                name=self._said(tool_name or (card.tool if card else _UNKNOWN_TOOL)),
                 input=card.args if card else None,
             )
 

@@ -14,11 +14,16 @@ whole, one JSON object and a newline, never assembled by hand.
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+import re
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from codelegate.policy.approvals import TOOL_NAME
 from codelegate.translator.lines import LineSplitter
+
+if TYPE_CHECKING:
+    from codelegate.policy.approvals import SessionRule
 
 # The request id of the ``initialize`` request; one per process, so it needs nothing unique.
 INITIALIZE_ID: Final = "initialize"
@@ -58,6 +63,115 @@ def user_message(text: str) -> bytes:
     )
 
 
+# --- answers to the CLI's permission prompts (can_use_tool) -----------------------------------
+# The only answers the daemon ever writes. Each is checked by _refuse_widening before it goes
+# out: no mode change, no directory, no rule outside the session, whatever built the pieces.
+_WIDENING: Final = frozenset({"setMode", "mode", "bypassPermissions", "addDirectories"})
+_ANSWER_KEYS: Final = frozenset({"behavior", "updatedInput", "updatedPermissions", "message"})
+
+
+def _answer(cli_request_id: str, response: dict[str, Any]) -> bytes:
+    obj = {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": cli_request_id, "response": response},
+    }
+    _refuse_widening(obj)
+    return _line(obj)
+
+
+# A rule's content we write: a path pattern over one folder (policy.approvals.session_rule).
+_RULE_CONTENT: Final = re.compile(r"//[A-Za-z0-9._/@+-]+/\*\*", re.ASCII)
+
+
+def session_rule(tool: str, content: str | None = None) -> dict[str, Any]:
+    """The one permission update we write: an allow rule for this session only, for ``tool``
+    (narrowed to ``content``, a path pattern, when given)."""
+    rule = {"toolName": tool} if content is None else {"toolName": tool, "ruleContent": content}
+    return {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"}
+
+
+def allow(cli_request_id: str, asked_input: Any, rule: SessionRule | None = None) -> bytes:
+    """Allow once, or for the session (with the session rule policy chose); the input exactly
+    as asked: the CLI runs what it gets back, not what it asked about."""
+    response: dict[str, Any] = {"behavior": "allow", "updatedInput": asked_input}
+    if rule is not None:
+        response["updatedPermissions"] = [session_rule(rule.tool_name, rule.rule_content)]
+    return _answer(cli_request_id, response)
+
+
+def deny(cli_request_id: str, message: str) -> bytes:
+    """Deny with ``message`` for the model (the CLI refuses a deny without one as invalid)."""
+    if not message.strip():
+        raise ValueError("a deny needs a message")
+    return _answer(cli_request_id, {"behavior": "deny", "message": message})
+
+
+def answer_questions(
+    cli_request_id: str,
+    asked_input: dict[str, Any],
+    answers: dict[str, str],
+    notes: dict[str, str] | None = None,
+) -> bytes:
+    """AskUserQuestion's answers: an allow whose input is the asked one plus ``answers`` (question
+    text -> a free string) and, per question, the person's ``notes`` in ``annotations``."""
+    updated = {**asked_input, "answers": answers}
+    if notes:
+        updated["annotations"] = {q: {"notes": n} for q, n in notes.items()}
+    return _answer(cli_request_id, {"behavior": "allow", "updatedInput": updated})
+
+
+def _refuse_widening(obj: dict[str, Any]) -> None:
+    """Raise ValueError unless ``obj`` is an answer of the shapes above: a mode change, a
+    directory, a rule kept beyond the session never reach the CLI. ``updatedInput`` is the
+    tool's own input as the CLI asked (its keys are the tool's) and ``message`` free text for
+    the model, so neither is searched for the words of a widening."""
+    response = obj.get("response")
+    inner = response.get("response") if isinstance(response, dict) else None
+    if (
+        set(obj) != {"type", "response"}
+        or obj["type"] != "control_response"
+        or not isinstance(response, dict)
+        or set(response) != {"subtype", "request_id", "response"}
+        or response["subtype"] != "success"
+        or not isinstance(response["request_id"], str)
+        or not isinstance(inner, dict)
+        or not set(inner) <= _ANSWER_KEYS
+        or inner.get("behavior") not in ("allow", "deny")
+    ):
+        raise ValueError("refusing a control answer of an unknown shape")
+    # The message is words for the model (a person's feedback may name anything): a string.
+    if not isinstance(inner.get("message", ""), str):
+        raise ValueError("refusing a control answer of an unknown shape")
+    rest = {key: value for key, value in inner.items() if key not in ("updatedInput", "message")}
+    if _names_widening(rest):
+        raise ValueError("refusing a control answer that would widen permissions")
+    for update in inner.get("updatedPermissions", []):
+        rules = update.get("rules") if isinstance(update, dict) else None
+        rule = rules[0] if isinstance(rules, list) and rules else None
+        tool = rule.get("toolName") if isinstance(rule, dict) else None
+        content = rule.get("ruleContent") if isinstance(rule, dict) else None
+        if (
+            not isinstance(tool, str)
+            or not TOOL_NAME.fullmatch(tool)
+            or (content is not None and not _RULE_CONTENT.fullmatch(str(content)))
+            or update != session_rule(tool, content)
+        ):
+            raise ValueError("refusing a permission update other than one session rule")
+
+
+def _names_widening(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(
+            key in _WIDENING
+            or (key == "destination" and item != "session")
+            or _names_widening(item)
+            for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return any(_names_widening(item) for item in value)
+    return isinstance(value, str) and value in _WIDENING
+
+
 def opening(prompt: str) -> bytes:
     """What a run writes first: ``initialize``, then the prompt."""
     return control_request(INITIALIZE_ID, "initialize") + user_message(prompt)
@@ -75,20 +189,36 @@ def task_count(raw: msgspec.Raw) -> int | None:
 class Channel:
     """When the run is over, from what the CLI printed.
 
-    ``over`` is true from a ``result`` line printed while no background task is open, until
-    the CLI says more (a background task that finishes starts a turn of its own, and its
-    ``result`` is then the last one). Background tasks are counted from
-    ``background_tasks_changed``, which lists every open one (a foreground task is not listed).
+    ``over`` is true from a ``result`` line printed while no background task is open and no
+    user message written mid-run is still unread, until the CLI says more (a background task
+    that finishes starts a turn of its own, and its ``result`` is then the last one).
+    Background tasks are counted from ``background_tasks_changed``, which lists every open one
+    (a foreground task is not listed). A user message written mid-run (steering) is taken in at
+    the next tool boundary, or after the turn as a turn of its own: with
+    ``--replay-user-messages`` the CLI echoes every user message when it takes it in — the
+    prompt's first (measured on 2.1.332), so ``written`` inputs are all read once ``written + 1``
+    echoes came.
     """
 
-    __slots__ = ("background", "over")
+    __slots__ = ("background", "over", "replays", "written")
 
     def __init__(self) -> None:
         self.background = 0
         self.over = False
+        self.written = 0  # user messages written after the prompt
+        self.replays = 0  # echoes of user messages, the prompt's included
 
     def result(self) -> None:
-        self.over = self.background == 0
+        self.over = self.background == 0 and (self.written == 0 or self.replays > self.written)
+
+    def input_written(self) -> None:
+        """A user message was written mid-run: the run is not over before its turn's result."""
+        self.written += 1
+        self.over = False
+
+    def replayed(self) -> None:
+        """The CLI echoed a user message it took in (``isReplay``)."""
+        self.replays += 1
 
     def tasks(self, count: int | None) -> None:
         if count is not None:

@@ -14,7 +14,9 @@ from typing import Final, Literal
 
 import msgspec
 
+from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.translator import wire
+from codelegate.translator.approvals import ApprovalRules, restore_pending
 from codelegate.translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, CardRules, StreamedText
 from codelegate.translator.control import Channel, task_count
 from codelegate.translator.frames import (
@@ -70,11 +72,15 @@ _STREAMED: Final = frozenset({"content_block_start", "content_block_delta", "mes
 _PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 
 
-class Translator(CardRules):
+class Translator(CardRules, ApprovalRules):
     """The state machine of one run. See the module docstring and PLAN's interface."""
 
     def __init__(
-        self, ctx: RunContext, limits: Limits | None = None, redactor: Redactor | None = None
+        self,
+        ctx: RunContext,
+        limits: Limits | None = None,
+        redactor: Redactor | None = None,
+        approvals: ApprovalsConfig | None = None,
     ) -> None:
         self.ctx = ctx
         self._run_id = ctx.run_id
@@ -119,6 +125,7 @@ class Translator(CardRules):
         self._permission: Literal["manual", "auto_approve"] = (
             "auto_approve" if ctx.mode in ("accept_edits", "auto") else "manual"
         )
+        self._init_approvals(approvals)  # off without a config: prompts denied, no frame
 
     # --- the public API ---------------------------------------------------------------------
 
@@ -182,6 +189,8 @@ class Translator(CardRules):
             self._line(line)
         for agent in list(self._streaming):
             self._end_stream(agent)
+        for asked in list(self._pending.values()):  # nobody can answer them any more
+            self._settle(asked, "deny", "once", "interrupted", ending=True)
         # Subagent lines still waiting for their Task card are not dropped: shown as they are.
         while self._held:
             _, held = self._held.popitem()
@@ -222,12 +231,15 @@ class Translator(CardRules):
         frames: Iterable[Frame],
         limits: Limits | None = None,
         redactor: Redactor | None = None,
+        approvals: ApprovalsConfig | None = None,
     ) -> Translator:
         """A translator in the state the stored ``frames`` of a run leave (daemon restart)."""
         from codelegate.translator.restore import restore_into
 
-        translator = cls(ctx, limits, redactor)
+        translator = cls(ctx, limits, redactor, approvals)
+        frames = list(frames)
         restore_into(translator, frames)
+        restore_pending(translator, frames)
         return translator
 
     # --- facts the final result is built from ------------------------------------------------
@@ -309,7 +321,9 @@ class Translator(CardRules):
                 self._assistant(msg)
         elif type(msg) is wire.User:
             parent = msg.parent_tool_use_id
-            if parent is not None and parent not in self._seen:
+            if msg.isReplay:
+                self.channel.replayed()  # a user message we wrote, taken in: nothing to show
+            elif parent is not None and parent not in self._seen:
                 self._hold(parent, msg)
             else:
                 self._user(msg)
@@ -329,6 +343,10 @@ class Translator(CardRules):
             self.channel.result()
         elif type(msg) is wire.StreamEvent:
             self._stream(msg)
+        elif type(msg) is wire.ControlRequest:
+            self._control_request(msg)
+        elif type(msg) is wire.ControlCancel:
+            self._control_cancel(msg)
         # rate_limit_event: quotas, nothing for a card.
 
     def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> None:

@@ -16,7 +16,9 @@ PROVIDER: Final = "claude_code"
 
 ToolStatus = Literal["in_progress", "completed", "failed"]
 ErrorType = Literal["tool_error", "permission_denied", "cancelled", "interrupted", "timeout"]
-InvocationStatus = Literal["starting", "running", "completed", "failed", "cancelled"]
+InvocationStatus = Literal[
+    "starting", "running", "awaiting_approval", "completed", "failed", "cancelled"
+]
 OChatPermissionMode = Literal["manual", "auto_approve"]
 ActivityKind = Literal["command", "file_change", "inspect", "search", "tool"]
 ActivityStatus = Literal["running", "completed", "failed"]
@@ -24,6 +26,10 @@ DiagnosticCode = Literal[
     "malformed_line", "oversized_line", "unknown_type", "stderr", "orphan_line", "frames_not_stored"
 ]
 RunStatus = Literal["completed", "failed", "cancelled", "timeout", "interrupted"]
+# Who resolved an approval request: a person (client), nobody in time, a cancel of the run,
+# operator policy (denied before anyone was asked), or the CLI or daemon going away.
+ResolvedBy = Literal["client", "timeout", "cancel", "policy", "interrupted"]
+ScopeClass = Literal["workroom", "elevated", "unknown"]
 
 
 # Fields a client relies on (provider, status, role, result …) have no default: ``omit_defaults``
@@ -139,6 +145,70 @@ class ProviderActivity(_Frame, tag="provider_activity", frozen=True, kw_only=Tru
     files: list[str] | None = None  # file_change rows: the files, relative to the run's cwd
 
 
+class ProviderApproval(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """O Chat's approval card texts: each from its allowlist (DESIGN "Approvals"), or it hides
+    the card. No defaults: every field is always in the JSON."""
+
+    action: str
+    scope: str
+    reason: str
+    scopeClassification: ScopeClass
+    allowOnce: bool
+    allowSession: bool
+    files: list[str] | None = None  # file tools: basenames, at most 8
+
+
+class ApprovalNeeded(_Frame, tag="approval_needed", frozen=True, kw_only=True):
+    """A permission prompt a person may answer; ``id`` (= ``request_id``) names the request."""
+
+    request_id: str
+    tool: str  # the Claude tool name
+    arguments: Any  # the tool input, redacted and bounded like a card's args
+    description: str | None = None
+    tool_id: str  # the card it concerns
+    activityId: str | None = None  # the card's Work Room row (with a parent only)
+    expires_at: float  # epoch seconds, like ts
+    agent_id: str | None = None  # asked from inside a subagent
+    providerApproval: ProviderApproval
+
+
+class AskUserOption(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    label: str
+    description: str
+
+
+class AskUserQuestion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    question: str
+    header: str
+    options: list[AskUserOption]
+    multiSelect: bool
+
+
+class AskUser(_Frame, tag="ask_user", frozen=True, kw_only=True):
+    """AskUserQuestion: ConnectOnion's ``ask_user`` shape (its first question in ``question``,
+    ``options``, ``multi_select``) plus every question in ``questions``."""
+
+    request_id: str
+    tool_id: str
+    question: str
+    options: list[str]
+    multi_select: bool
+    questions: list[AskUserQuestion]
+    expires_at: float
+    agent_id: str | None = None
+
+
+class ApprovalResolved(_Frame, tag="approval_resolved", frozen=True, kw_only=True):
+    """A request's end, exactly once per request (also for one policy denied at once)."""
+
+    request_id: str
+    decision: Literal["allow", "deny"]
+    scope: Literal["once", "session"]
+    by: ResolvedBy
+    tool: str  # the Claude tool name, as in approval_needed
+    tool_id: str
+
+
 class PermissionDenial(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     tool_id: str
     name: str
@@ -211,6 +281,9 @@ Frame = (
     | ProviderActivity
     | RunResult
     | Diagnostic
+    | ApprovalNeeded
+    | AskUser
+    | ApprovalResolved
 )
 
 FRAME_TYPES: Final = (
@@ -223,6 +296,9 @@ FRAME_TYPES: Final = (
     ProviderActivity,
     RunResult,
     Diagnostic,
+    ApprovalNeeded,
+    AskUser,
+    ApprovalResolved,
 )
 
 _encoder: Final = msgspec.json.Encoder()

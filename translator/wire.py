@@ -71,6 +71,8 @@ class User(_Line, tag="user"):
     # Structured data about the tool's result (Edit's structuredPatch, an async launch …). Its
     # shape differs per tool: kept raw and decoded only for the tools that need it.
     tool_use_result: msgspec.Raw = _RAW_NULL
+    # The echo of a user message written to stdin (--replay-user-messages), not a tool result.
+    isReplay: bool = False
 
 
 class System(_Line, tag="system"):
@@ -149,7 +151,31 @@ class RateLimitEvent(_Line, tag="rate_limit_event"):
     pass
 
 
-Line = Assistant | User | System | Result | ToolProgressLine | StreamEvent | RateLimitEvent
+class ControlRequest(_Line, tag="control_request"):
+    """The CLI asks the host (``can_use_tool``): the request is decoded by translator.approvals,
+    so that a request of an odd shape can still be answered (denied) by its id."""
+
+    request_id: str = ""
+    request: msgspec.Raw = _RAW_NULL
+
+
+class ControlCancel(_Line, tag="control_cancel_request"):
+    """The CLI withdraws a request of its own (before it answers an interrupt)."""
+
+    request_id: str = ""
+
+
+Line = (
+    Assistant
+    | User
+    | System
+    | Result
+    | ToolProgressLine
+    | StreamEvent
+    | RateLimitEvent
+    | ControlRequest
+    | ControlCancel
+)
 
 
 # --- system subtypes the translator acts on (decoded a second time) ---------------------------
@@ -193,15 +219,23 @@ class _Envelope(msgspec.Struct, gc=False):
 
 
 KNOWN_TYPES: Final = frozenset(
-    {"assistant", "user", "system", "result", "tool_progress", "stream_event", "rate_limit_event"}
+    {
+        "assistant",
+        "user",
+        "system",
+        "result",
+        "tool_progress",
+        "stream_event",
+        "rate_limit_event",
+        "control_request",
+        "control_cancel_request",
+    }
 )
 # Top-level types of this CLI version that carry nothing for cards: read, never counted.
 IGNORED_TYPES: Final = frozenset(
     {
         "keep_alive",
-        "control_request",
-        "control_response",
-        "control_cancel_request",
+        "control_response",  # answers our own requests (initialize, interrupt)
         "conversation_reset",
         "prompt_suggestion",
         "auth_status",

@@ -1,7 +1,8 @@
 """``codelegate run`` and ``codelegate watch``: a terminal Agent IO client.
 
 ``run`` posts a task, then follows the run's NDJSON event stream and draws its cards live
-(daemon/clients/board.py does the drawing); Ctrl-C cancels the run and exits 130. ``watch RUN``
+(daemon/clients/board.py does the drawing); Ctrl-C cancels the run and exits 130. A request
+for approval is asked in the terminal (daemon/clients/terminal_ask.py). ``watch RUN``
 follows a run already started; ``watch --all`` follows every run over the WebSocket. ``--json``
 prints the frames themselves, one per line. The daemon is found through ``--socket``, else
 ``$CODELEGATE_SOCKET``, else the socket ``make run`` serves (``tool.state_dir()``).
@@ -25,6 +26,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from codelegate.daemon.clients.board import Board, CleanConsole, MultiBoard
+from codelegate.daemon.clients.terminal_ask import Approvals, Ask, Post, terminal_asker
 from codelegate.daemon.clients.tool import socket_path, unreachable
 from codelegate.translator.frames import Frame, RunResult, decode_frame
 
@@ -225,11 +227,35 @@ def _interrupts(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
     return pressed
 
 
+def _poster(http: aiohttp.ClientSession) -> Post:
+    async def post(path: str, body: dict[str, Any]) -> int:
+        try:
+            async with http.post(f"{BASE}{path}", json=body) as response:
+                return response.status
+        except aiohttp.ClientError:
+            return 0
+
+    return post
+
+
+def _sink(renderer: Renderer, approvals: Approvals) -> Callable[[bytes, Frame | None], None]:
+    def sink(raw: bytes, frame: Frame | None) -> None:
+        renderer.line(raw, frame)
+        approvals.feed(frame)
+
+    return sink
+
+
 async def run_async(
-    args: argparse.Namespace, renderer: Renderer, interrupt: asyncio.Event | None = None
+    args: argparse.Namespace,
+    renderer: Renderer,
+    interrupt: asyncio.Event | None = None,
+    ask: Ask | None = None,
 ) -> int:
-    """``codelegate run``: start the task, draw it, cancel it on Ctrl-C (``interrupt``)."""
+    """``codelegate run``: start the task, draw it, cancel it on Ctrl-C (``interrupt``); a
+    request for approval is asked with ``ask`` (default: on the terminal, if stdin is one)."""
     stop = interrupt if interrupt is not None else _interrupts(asyncio.get_running_loop())
+    ask = ask if ask is not None else terminal_asker()
     body: dict[str, Any] = {"task": args.task, "cwd": args.cwd}
     if args.mode:
         body["mode"] = args.mode
@@ -247,8 +273,9 @@ async def run_async(
             renderer.note(f"refused: {exc}", style="red")
             return EXIT_REFUSED if 400 <= exc.status < 500 else EXIT_RUN_FAILED
         renderer.note(f"run {run_id} · {args.cwd}")
-        with renderer:
-            following = asyncio.ensure_future(follow(http, run_id, renderer.line))
+        approvals = Approvals(_poster(http), ask, renderer.note)
+        with renderer, contextlib.closing(approvals):
+            following = asyncio.ensure_future(follow(http, run_id, _sink(renderer, approvals)))
             stopped = asyncio.ensure_future(stop.wait())
             await _first(following, stopped)
             if following.done():
@@ -284,11 +311,10 @@ async def watch_async(
             renderer.board.cwd = str(state.get("cwd") or "") or None
             created = state.get("created_at")
             renderer.board.started = float(created) if isinstance(created, int | float) else None
+        sink = _sink(renderer, Approvals(_poster(http), None, renderer.note))  # shown only
         with renderer:
             job: asyncio.Future[RunResult | None] = asyncio.ensure_future(
-                follow(http, args.run, renderer.line)
-                if args.run
-                else follow_all(http, renderer.line)
+                follow(http, args.run, sink) if args.run else follow_all(http, sink)
             )
             stopped = asyncio.ensure_future(stop.wait())
             await _first(job, stopped)

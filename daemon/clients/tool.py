@@ -5,7 +5,9 @@ cwd="", model="", timeout=600, agent=None) -> str``, and the same JSON envelope 
 session_id, resumed, status, result, error, exit_code, usage, total_cost_usd``) plus ours
 (``run_id, files_changed, permission_denials, changes, commands``). The permission mode is not
 the model's to choose: whoever registers the tool binds it, ``ClaudeCode(mode="accept_edits")``,
-and the daemon still refuses a mode its operator did not allow.
+and the daemon still refuses a mode its operator did not allow. A permission request of the run
+(daemon ``[approvals]`` on) is put to the agent's own IO and answered there (tool_approve.py);
+without an IO it is denied, unless ``ClaudeCode(approve=…)`` decides.
 
 Standard library only (with :mod:`.tool_follow`), so an agent's venv needs nothing else.
 It starts the run over the daemon's Unix socket (``wait: true``: that connection is the run's
@@ -29,7 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Literal, get_args
 
-from codelegate.daemon.clients.tool_follow import CANCEL_WAIT_S, CONNECT_TIMEOUT_S, Relay, follow
+from codelegate.daemon.clients.tool_approve import Approve, Approver
+from codelegate.daemon.clients.tool_follow import CANCEL_WAIT_S, Relay, follow
+from codelegate.daemon.clients.unix_http import UnixHTTPConnection, post_json
 
 Mode = Literal["safe", "accept_edits", "plan", "auto"]
 MODES: Final = frozenset(get_args(Mode))
@@ -41,24 +45,6 @@ INVOCATION_PREFIX: Final = "claude_code:"
 _POLL_S: Final = 0.25
 # Statuses the daemon answers with before a run starts: the request itself was refused.
 _REFUSED: Final = frozenset({400, 403, 404, 409, 413, 429})
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """``http.client`` over a Unix stream socket; the Host header is only a placeholder."""
-
-    def __init__(self, socket_path: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-        super().__init__("codelegate", timeout=timeout)
-        self.socket_path = socket_path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
 
 
 def state_dir() -> str:
@@ -80,11 +66,15 @@ def socket_path(explicit: str = "") -> str:
 class ClaudeCode:
     """The tool with an operator-bound permission mode: ``tools=[ClaudeCode(mode=…)]``."""
 
-    def __init__(self, mode: Mode = "safe", socket: str = "") -> None:
+    def __init__(
+        self, mode: Mode = "safe", socket: str = "", approve: Approve | None = None
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of: {', '.join(sorted(MODES))}")
         self._mode: Mode = mode
         self._socket = socket
+        # Who answers a request when there is no person to ask (tool_approve); None: denied.
+        self._approve = approve
 
     def claude_code(
         self,
@@ -121,6 +111,7 @@ class ClaudeCode:
                 timeout=timeout,
                 agent=agent,
                 path=socket_path(self._socket),
+                approve=self._approve,
             ),
             ensure_ascii=False,
         )
@@ -141,6 +132,7 @@ def delegate(
     agent: Any = None,
     path: str = "",
     poll_s: float = _POLL_S,
+    approve: Approve | None = None,
 ) -> dict[str, Any]:
     """One delegated run, followed to its end; the envelope as a dict (see the module doc)."""
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
@@ -159,11 +151,12 @@ def delegate(
     parent = _parent_of(agent)
     if parent:
         body["parent"] = parent
+    path = path or socket_path()
     return call_run(
         body,
-        path or socket_path(),
+        path,
         cancelled=_cancellation_check(agent),
-        relay=Relay(agent),
+        relay=Relay(agent, Approver(agent, path, approve)),
         timeout_s=float(timeout),
         poll_s=poll_s,
     )
@@ -315,14 +308,7 @@ def _hung_up(conn: UnixHTTPConnection, run_id: str, stop: _Stop | None) -> dict[
 
 
 def _post_cancel(path: str, run_id: str) -> bool:
-    conn = UnixHTTPConnection(path)
-    try:
-        conn.request("POST", f"/v1/runs/{run_id}/cancel", body=b"")
-        return conn.getresponse().status in (200, 202)
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
+    return post_json(path, f"/v1/runs/{run_id}/cancel")[0] in (200, 202)
 
 
 def _decode_answer(status: int, raw: bytes) -> dict[str, Any]:

@@ -15,9 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from codelegate.daemon.clients.tool_approve import Approver
+
 # Frames meant for the daemon's own clients (the final result, counters of bad input): not Agent
 # IO events. The final result comes back to the model as the tool's result instead.
-DAEMON_ONLY: Final = frozenset({"run_result", "diagnostic"})
+DAEMON_ONLY: Final = frozenset({"run_result", "diagnostic", "approval_resolved"})
 CONNECT_TIMEOUT_S: Final = 10.0
 # Once the run is cancelled, how long its "cancelled" result (with the session id) may take.
 CANCEL_WAIT_S: Final = 15.0
@@ -178,8 +180,9 @@ class Relay:
     per card on its console instead.
     """
 
-    def __init__(self, agent: Any) -> None:
+    def __init__(self, agent: Any, approver: Approver | None = None) -> None:
         self._agent = agent
+        self._approver = approver  # approval_needed / ask_user: answered, not shown as cards
         session = getattr(agent, "current_session", None)
         self._session: dict[str, Any] | None = session if isinstance(session, dict) else None
         record = getattr(agent, "_record_trace", None)
@@ -201,6 +204,15 @@ class Relay:
         if kind in DAEMON_ONLY or not isinstance(kind, str):
             return
         try:
+            if kind in ("approval_needed", "ask_user"):
+                if self._approver is not None:
+                    ask = (
+                        self._approver.approval
+                        if kind == "approval_needed"
+                        else self._approver.question
+                    )
+                    ask(frame)
+                return
             self._acknowledge()
             if self._record is not None:
                 self._record(frame)

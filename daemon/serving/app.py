@@ -19,6 +19,7 @@ from aiohttp import web
 
 import codelegate
 from codelegate.daemon import logs
+from codelegate.daemon.approvals import Answer, QuestionAnswer, decode_body
 from codelegate.daemon.hub import Hub
 from codelegate.daemon.metrics import Metrics, render_fanout
 from codelegate.daemon.runs import RunManager
@@ -33,6 +34,7 @@ from codelegate.daemon.serving.state import (
     manager_of,
 )
 from codelegate.daemon.serving.streams import run_events, websocket
+from codelegate.daemon.steering import decode_input
 from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.subscriber import CLOSE_GOING_AWAY
 from codelegate.daemon.supervision.procs import reap_orphans_forever
@@ -91,6 +93,10 @@ def create_app(
             web.get("/v1/runs", list_runs),
             web.get("/v1/runs/{run_id}", get_run),
             web.post("/v1/runs/{run_id}/cancel", cancel_run),
+            web.get("/v1/runs/{run_id}/approvals", list_approvals),
+            web.post("/v1/runs/{run_id}/approvals/{request_id}", answer_approval),
+            web.post("/v1/runs/{run_id}/questions/{request_id}", answer_question),
+            web.post("/v1/runs/{run_id}/input", post_input),
             web.get("/v1/runs/{run_id}/events", run_events),
             web.get("/v1/ws", websocket),
             web.get("/healthz", healthz),
@@ -286,6 +292,48 @@ async def cancel_run(request: web.Request) -> web.Response:
     if state is None:
         raise PolicyError(RUN_NOT_FOUND, "no run with that id")
     raise PolicyError(RUN_FINISHED, f"the run already ended: {state.status}")
+
+
+async def _known(manager: RunManager, run_id: str) -> None:
+    if manager.get(run_id) is None and await manager.state(run_id) is None:
+        raise PolicyError(404, "run_not_found", "no run with that id")
+
+
+async def list_approvals(request: web.Request) -> web.Response:
+    """``GET /v1/runs/{id}/approvals``: every request the run asked, and its answer."""
+    manager = manager_of(request.app)
+    run_id = request.match_info["run_id"]
+    await _known(manager, run_id)
+    return _json({"run_id": run_id, "approvals": await manager.approvals.listing(run_id)})
+
+
+async def answer_approval(request: web.Request) -> web.Response:
+    """``POST /v1/runs/{id}/approvals/{request_id}``: a person's answer to a permission request."""
+    manager = manager_of(request.app)
+    run_id, request_id = request.match_info["run_id"], request.match_info["request_id"]
+    body = decode_body(await request.read(), Answer)
+    await _known(manager, run_id)
+    answer = await manager.approvals.answer(run_id, manager.get(run_id), request_id, body)
+    return _json(answer)
+
+
+async def answer_question(request: web.Request) -> web.Response:
+    """``POST /v1/runs/{id}/questions/{request_id}``: a person's answer to AskUserQuestion."""
+    manager = manager_of(request.app)
+    run_id, request_id = request.match_info["run_id"], request.match_info["request_id"]
+    body = decode_body(await request.read(), QuestionAnswer)
+    await _known(manager, run_id)
+    run = manager.get(run_id)
+    return _json(await manager.approvals.answer_question(run_id, run, request_id, body))
+
+
+async def post_input(request: web.Request) -> web.Response:
+    """``POST /v1/runs/{id}/input``: a user message for the running CLI (steering); 202."""
+    manager = manager_of(request.app)
+    run_id = request.match_info["run_id"]
+    text = decode_input(await request.read(), max_bytes=request.app[CONFIG].limits.task_bytes)
+    await _known(manager, run_id)
+    return _json(manager.send_input(run_id, text), status=202)
 
 
 async def healthz(request: web.Request) -> web.Response:

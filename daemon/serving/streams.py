@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Final
+from typing import Annotated, Final, Literal
 
 import msgspec
 from aiohttp import WSMsgType, web
 from aiohttp.base_protocol import BaseProtocol
 
+from codelegate.daemon.approvals import TEXT_CHARS, Answer, QuestionAnswer
 from codelegate.daemon.deliveries import Batch, Item
 from codelegate.daemon.runs import RunManager
 from codelegate.daemon.serving.state import CONFIG, METRICS, STATE, int_query, manager_of
@@ -78,7 +79,29 @@ class _Unsubscribe(msgspec.Struct, tag="unsubscribe", forbid_unknown_fields=True
     run: str
 
 
-_control_decoder: Final = msgspec.json.Decoder(_Subscribe | _Unsubscribe)
+class _ApprovalResponse(msgspec.Struct, tag="APPROVAL_RESPONSE", forbid_unknown_fields=True):
+    """O Chat's answer to an approval card; ``request_id`` is the approval_needed frame's id."""
+
+    request_id: str
+    approved: bool
+    run: str | None = None  # else the run the request id names
+    scope: Literal["once", "session"] = "once"
+    mode: Literal["reject_soft", "reject_hard", "reject_explain"] | None = None
+    feedback: Annotated[str, msgspec.Meta(max_length=TEXT_CHARS)] | None = None
+
+
+class _AskUserResponse(msgspec.Struct, tag="ASK_USER_RESPONSE", forbid_unknown_fields=True):
+    """An answer to an ask_user frame: ``answer`` for its first question, or ``answers``."""
+
+    request_id: str
+    run: str | None = None
+    answer: Annotated[str, msgspec.Meta(max_length=TEXT_CHARS)] | None = None
+    answers: dict[str, str] | None = None
+    notes: dict[str, str] | None = None
+
+
+_Message = _Subscribe | _Unsubscribe | _ApprovalResponse | _AskUserResponse
+_control_decoder: Final = msgspec.json.Decoder(_Message)
 
 
 def _control_error(code: str, message: str) -> bytes:
@@ -160,6 +183,9 @@ async def _ws_control(manager: RunManager, sub: Subscriber, data: str) -> None:
     if isinstance(message, _Unsubscribe):
         door.unsubscribe(sub, message.run)
         return
+    if isinstance(message, _ApprovalResponse | _AskUserResponse):
+        sub.control(await _answer(manager, message))
+        return
     if message.after < 0:
         sub.control(_control_error("bad_message", "after must be >= 0"))
         return
@@ -169,6 +195,32 @@ async def _ws_control(manager: RunManager, sub: Subscriber, data: str) -> None:
         sub.control(_control_error("run_not_found", "no run with that id"))
         return
     sub.control(msgspec.json.encode({"type": "subscribed", "run": message.run}))
+
+
+async def _answer(manager: RunManager, message: _ApprovalResponse | _AskUserResponse) -> bytes:
+    """An answer that came over the WebSocket, carried out like its HTTP twin; the ack."""
+    request_id = message.request_id
+    run_id = message.run or request_id.rpartition(":")[0]
+    run = manager.get(run_id)
+    try:
+        if run is None and await manager.state(run_id) is None:
+            raise PolicyError(404, "run_not_found", "no run with that id")
+        if isinstance(message, _ApprovalResponse):
+            answer = Answer(
+                approved=message.approved,
+                scope=message.scope,
+                mode=message.mode,
+                feedback=message.feedback,
+            )
+            done = await manager.approvals.answer(run_id, run, request_id, answer)
+        else:
+            question = QuestionAnswer(
+                answer=message.answer, answers=message.answers, notes=message.notes
+            )
+            done = await manager.approvals.answer_question(run_id, run, request_id, question)
+    except PolicyError as exc:
+        return _control_error(exc.code, exc.message)
+    return msgspec.json.encode({"type": "approval_ack", "run": run_id, **done})
 
 
 class _WsSink:

@@ -13,6 +13,8 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+from codelegate.daemon.store import approvals
+
 T = TypeVar("T")
 
 
@@ -115,6 +117,7 @@ def connect(path: str) -> sqlite3.Connection:
             raise sqlite3.OperationalError(f"schema version {version} is newer than this daemon")
         conn.executescript(SCHEMA)
         conn.executescript(INVOCATIONS_SCHEMA)
+        conn.executescript(approvals.SCHEMA)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.close()
@@ -233,6 +236,7 @@ def prune(conn: sqlite3.Connection, cutoff: float, max_runs: int) -> int:
         params = [(run_id,) for run_id in doomed]
         conn.executemany("DELETE FROM frames WHERE run_id = ?", params)
         conn.executemany("DELETE FROM runs WHERE run_id = ?", params)
+        approvals.delete_runs(conn, params)
         # A session stays resumable while any run of it is kept.
         conn.execute(
             "DELETE FROM sessions WHERE session_id NOT IN"

@@ -47,7 +47,8 @@ from typing import Any, Final, TypeVar
 
 import structlog
 
-from codelegate.daemon.store import queries
+from codelegate.daemon.store import approvals, queries
+from codelegate.daemon.store.approvals import ApprovalRow
 from codelegate.daemon.store.buffers import UNCAPPED, Batch, Buffers
 from codelegate.daemon.store.queries import RunRecord, record
 
@@ -338,6 +339,28 @@ class RunStore:
         """Record the counters a run under a parent tool call reached (they only grow)."""
         await self._call(queries.advance_invocation, parent_tool_call_id, revision, sequence)
 
+    def put_approval(self, row: ApprovalRow) -> None:
+        """Write an approvals row whole, in the background; never blocks, never raises.
+
+        The store's one thread takes calls in order, so a later version of a row always lands
+        after an earlier one; a failed write is logged (the run's frames, retried by the
+        store, still tell what was asked and answered).
+        """
+        if self._closed:
+            _log.error("store_approval_failed", error="the run store is closed")
+            return
+        loop = asyncio.get_running_loop()
+        done = loop.run_in_executor(self._executor, approvals.put, self._conn, row)
+        done.add_done_callback(_log_approval_failure)
+
+    async def approvals(self, run_id: str) -> list[ApprovalRow]:
+        """The run's approvals rows, in the order asked (after every write queued before)."""
+        return await self._call(approvals.of_run, run_id)
+
+    async def interrupt_approvals(self, run_id: str, now: float) -> int:
+        """Close a dead daemon's unanswered rows of ``run_id`` as ``by: interrupted``."""
+        return await self._call(approvals.interrupt, run_id, now)
+
     async def prune(self, retention_days: float, max_runs: int, *, now: float | None = None) -> int:
         """Delete finished runs older than ``retention_days`` or beyond the newest ``max_runs``.
 
@@ -380,3 +403,8 @@ class RunStore:
             with contextlib.suppress(sqlite3.Error):
                 await loop.run_in_executor(self._executor, self._conn.close)
             self._executor.shutdown(wait=False)
+
+
+def _log_approval_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        _log.error("store_approval_failed", error=str(exc))

@@ -29,11 +29,12 @@ def e2e_config(
     state: Path,
     claude_section: dict[str, Any] | None = None,
     server_section: dict[str, Any] | None = None,
+    approvals_section: dict[str, Any] | None = None,
     **policy: Any,
 ) -> Config:
     """Development defaults with ``root`` the only workspace root and the pinned CLI; extra
-    ``[claude]`` / ``[server]`` keys in ``claude_section`` / ``server_section``, extra
-    ``[policy]`` keys as keywords."""
+    ``[claude]`` / ``[server]`` / ``[approvals]`` keys in ``claude_section`` /
+    ``server_section`` / ``approvals_section``, extra ``[policy]`` keys as keywords."""
     raw = msgspec.to_builtins(development_config(str(root), claude))
     raw["server"]["socket"] = str(state / "d.sock")
     raw["store"]["path"] = str(state / "store.db")
@@ -41,6 +42,8 @@ def e2e_config(
     raw["policy"].update(policy)
     raw["claude"].update(claude_section or {})
     raw["server"].update(server_section or {})
+    if approvals_section:
+        raw["approvals"] = {**raw.get("approvals", {}), **approvals_section}
     return msgspec.convert(raw, Config)
 
 
@@ -98,8 +101,8 @@ class E2E:
         async with self.client.get(f"{BASE}{path}") as resp:
             return resp.status, await resp.json()
 
-    async def post(self, path: str) -> tuple[int, Any]:
-        async with self.client.post(f"{BASE}{path}") as resp:
+    async def post(self, path: str, body: Any = None) -> tuple[int, Any]:
+        async with self.client.post(f"{BASE}{path}", json=body) as resp:
             return resp.status, await resp.json()
 
     async def settled(self, run_id: str) -> None:

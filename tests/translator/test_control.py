@@ -128,8 +128,12 @@ def test_control_lines_of_the_cli_are_read_without_a_diagnostic() -> None:
         response={"subtype": "success", "request_id": "initialize", "response": {}},
     )
     answers += line(type="control_cancel_request", request_id="r")
-    answers += line(type="control_request", request_id="r", request={"subtype": "can_use_tool"})
+    # With approvals off (no config) a prompt is denied at once, with no frame: as before.
+    request = {"subtype": "can_use_tool", "tool_name": "Bash", "input": {}, "tool_use_id": "t"}
+    answers += line(type="control_request", request_id="r", request=request)
     translator.receive_data(init_line(), 1.0)
     assert translator.receive_data(answers, 1.0) == []
     assert translator.receive_data(answers[:-1], 1.0) == []  # line by line, not as a block
     assert translator.receive_data(b"\n", 1.0) == []
+    (deny,) = translator.take_control()
+    assert json.loads(deny)["response"]["response"]["behavior"] == "deny"

@@ -1,0 +1,55 @@
+"""Steering: a user message written to a running CLI (``POST /v1/runs/{id}/input``).
+
+Measured on 2.1.332 (docs/cli-control-channel.md §4): a user message written to stdin mid-run
+reaches the model. Written while a tool runs, it joins that tool's result (the turn goes on, one
+``result``); written while the model answers without tools, it is a turn of its own after that
+answer (a second ``result``). So the run is not over at a ``result`` while a message written to
+it may still be unread: :class:`Inputs` keeps stdin open until the CLI has taken in every
+message written (``--replay-user-messages`` echoes each one as the CLI takes it in) and a
+``result`` has come after the last one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from codelegate.daemon.record import Run
+from codelegate.policy.errors import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE, PolicyError
+from codelegate.translator.control import user_message
+
+RUN_FINISHED: Final = "run_finished"
+
+
+class _Input(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    text: str
+
+
+def decode_input(body: bytes, *, max_bytes: int) -> str:
+    """The text of an input body; 400 / 413 like a task's (the same ``[limits] task_bytes``)."""
+    try:
+        text = msgspec.json.decode(body, type=_Input).text
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise PolicyError(400, BAD_REQUEST, f"bad input: {str(exc)[:300]}") from None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise PolicyError(
+            413, TASK_TOO_LARGE, f"text is {size} bytes; at most {max_bytes} bytes are accepted"
+        )
+    if not text.strip():
+        raise PolicyError(400, EMPTY_TASK, "text must not be empty")
+    return text
+
+
+def send_input(run: Run | None, text: str) -> dict[str, Any]:
+    """Write ``text`` to the run's CLI as a user message; 409 once the run is ending."""
+    if run is None or run.done.is_set():
+        raise PolicyError(409, RUN_FINISHED, "the run already ended")
+    child = run.child
+    if run.stopping is not None or child is None or not child.stdin_open:
+        raise PolicyError(409, RUN_FINISHED, "the run is ending; it takes no more input")
+    # Counted before it is written: the pump reads the CLI's echo only after this returns.
+    run.translator.channel.input_written()
+    child.send(user_message(text))
+    return {"run_id": run.run_id, "accepted": True}

@@ -1,0 +1,103 @@
+"""Steering end to end with the real CLI: a message written mid-run reaches the model, and the
+run is not over before the CLI has read it."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+import pytest
+
+from codelegate.daemon.serving.state import manager_of
+from tests.e2e.conftest import E2E, frames_until, is_run_result
+from tests.stub.anthropic import Turn, text, tool
+
+pytestmark = pytest.mark.e2e
+
+# Says it runs, then waits for the test to create the file it names (no sleep in the test).
+WAITER = """\
+import os, sys, time, urllib.request
+
+urllib.request.urlopen(sys.argv[1])
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+"""
+MID_TURN = "The user sent a new message while you were working"
+
+
+async def test_a_message_written_while_a_tool_runs_joins_that_tools_result(e2e: E2E) -> None:
+    (e2e.workspace / "waiter.py").write_text(WAITER)
+    ready = e2e.stub.signal_url("waiter")
+    words = f"Also mention {secrets.token_hex(6)}."
+    e2e.stub.main.turns = [
+        tool("Bash", command=f"python3 waiter.py {ready} go", description="Wait"),
+        text("Done, and noted."),
+    ]
+    status, started = await e2e.post_run("Wait for it.")
+    assert status == 202
+    run_id = started["run_id"]
+    async with e2e.ws(run_id) as ws:
+        await e2e.stub.wait_for_signal("waiter")
+        status, accepted = await e2e.post(f"/v1/runs/{run_id}/input", {"text": words})
+        assert (status, accepted) == (202, {"run_id": run_id, "accepted": True})
+        (e2e.workspace / "go").touch()
+        frames = await frames_until(ws, is_run_result)
+    assert [f["type"] for f in frames].count("run_result") == 1
+    assert frames[-1]["result"]["status"] == "completed"
+    requests = e2e.stub.requests_of()
+    assert len(requests) == 2  # the message joined the turn: no model call of its own
+    history = requests[1].history_text()
+    assert MID_TURN in history
+    assert words in history
+    await e2e.settled(run_id)
+    status, late = await e2e.post(f"/v1/runs/{run_id}/input", {"text": "more"})
+    assert (status, late["error"]["code"]) == (409, "run_finished")
+
+
+async def test_a_message_written_while_the_model_answers_keeps_stdin_open_for_its_own_turn(
+    e2e: E2E,
+) -> None:
+    first, second = asyncio.Event(), asyncio.Event()
+    words = f"Then say {secrets.token_hex(6)}."
+    e2e.stub.main.turns = [
+        Turn(text("First answer.").blocks, hold=first),
+        Turn(text("Second answer.").blocks, hold=second),
+    ]
+    status, started = await e2e.post_run("Answer.")
+    assert status == 202
+    run_id = started["run_id"]
+    assert e2e.handle is not None
+    run = manager_of(e2e.handle.app).get(run_id)
+    assert run is not None
+    await e2e.stub.wait_for_requests(1)
+    status, _ = await e2e.post(f"/v1/runs/{run_id}/input", {"text": words})
+    assert status == 202
+    first.set()
+    request = await e2e.stub.wait_for_requests(2)  # the message's own turn, after a result
+    assert words in request.history_text()
+    assert run.translator.last_result is not None  # the first turn's result came
+    assert run.child is not None
+    assert run.child.stdin_open  # ... and did not end the run: the message was unread then
+    second.set()
+    async with asyncio.timeout(60):
+        await run.done.wait()
+    assert run.result is not None
+    assert (run.result.status, run.result.result) == ("completed", "Second answer.")
+    assert not run.child.stdin_open
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"text": "  "}, 400, "empty_task"),
+        ({"words": "x"}, 400, "bad_request"),
+        ({"text": 3}, 400, "bad_request"),
+    ],
+)
+async def test_an_input_body_that_is_no_message_is_refused_and_an_unknown_run_is_404(
+    e2e: E2E, body: object, status: int, code: str
+) -> None:
+    got, answer = await e2e.post("/v1/runs/nope/input", body)
+    assert (got, answer["error"]["code"]) == (status, code)
+    got, answer = await e2e.post("/v1/runs/nope/input", {"text": "hi"})
+    assert (got, answer["error"]["code"]) == (404, "run_not_found")
