@@ -24,8 +24,6 @@ from typing import Any, TypeVar
 import aiohttp
 import uvloop
 
-from tests.reliability.conftest import alive_marked
-
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CLAUDE = str(ROOT / "tests" / "fakes" / "fake_claude.py")
 BASE = "http://codelegate"

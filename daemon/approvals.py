@@ -28,15 +28,17 @@ from codelegate.daemon.record import Run
 from codelegate.daemon.store.approvals import ApprovalRow
 from codelegate.daemon.store.store import RunStore
 from codelegate.policy.approvals import check_answer, deny_message, timeout_message
-from codelegate.policy.errors import BAD_REQUEST, PolicyError
+from codelegate.policy.codes import (
+    APPROVAL_NOT_FOUND,
+    APPROVAL_RESOLVED,
+    BAD_REQUEST,
+)
+from codelegate.policy.errors import PolicyError
 from codelegate.translator.approvals import Asked
 from codelegate.translator.frames import ApprovalResolved, Frame
 
 _log = structlog.get_logger("codelegate.approvals")
 
-APPROVAL_NOT_FOUND: Final = "approval_not_found"
-APPROVAL_RESOLVED: Final = "approval_resolved"
-RUN_NOT_FOUND: Final = "run_not_found"
 # The longest text a client may send with an answer (feedback, an answer, a note).
 TEXT_CHARS: Final = 4000
 # A message to the model is stored bounded: it is the model's input, the frames hold the rest.
@@ -75,7 +77,7 @@ def decode_body(body: bytes, kind: type[Answer] | type[QuestionAnswer]) -> Any:
     try:
         return msgspec.json.decode(body, type=kind)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise PolicyError(400, BAD_REQUEST, f"bad answer: {str(exc)[:300]}") from None
+        raise PolicyError(BAD_REQUEST, f"bad answer: {str(exc)[:300]}") from None
 
 
 Emit = Callable[[Run, list[Frame]], None]
@@ -210,7 +212,7 @@ class Approvals:
         if body.answer is not None:
             first = _first_question(asked)
             if first is None:
-                raise PolicyError(400, BAD_REQUEST, "this request asks no question to answer")
+                raise PolicyError(BAD_REQUEST, "this request asks no question to answer")
             answers.setdefault(first, body.answer)
         out = run.translator.resolve(
             request_id,
@@ -233,11 +235,11 @@ class Approvals:
         if asked is None or asked.kind != kind or run is None:
             rows = await self._store.approvals(run_id)
             if any(r.request_id == request_id and r.kind == kind for r in rows):
-                raise PolicyError(409, APPROVAL_RESOLVED, "that request was already resolved")
-            raise PolicyError(404, APPROVAL_NOT_FOUND, f"no {kind} request with that id")
+                raise PolicyError(APPROVAL_RESOLVED, "that request was already resolved")
+            raise PolicyError(APPROVAL_NOT_FOUND, f"no {kind} request with that id")
         child = run.child
         if run.stopping is not None or child is None or not child.stdin_open:
-            raise PolicyError(409, APPROVAL_RESOLVED, "the run is ending; the request is closed")
+            raise PolicyError(APPROVAL_RESOLVED, "the run is ending; the request is closed")
         return asked
 
     def _carry_out(
@@ -247,7 +249,7 @@ class Approvals:
         **answer: str | None,
     ) -> None:
         if out is None:  # resolved meanwhile (nothing awaits between _open and here)
-            raise PolicyError(409, APPROVAL_RESOLVED, "that request was already resolved")
+            raise PolicyError(APPROVAL_RESOLVED, "that request was already resolved")
         frames, line = out
         if line is not None and run.child is not None:
             run.child.send(line)

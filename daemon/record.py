@@ -20,6 +20,13 @@ from codelegate.translator.frames import FinalResult
 Stopping = Literal["cancelled", "timeout"]
 
 
+class RunState(RunRecord, kw_only=True):
+    """``GET /v1/runs/{id}``: the run's record, and the requests still waiting for a person
+    (its status stays ``running`` meanwhile)."""
+
+    pending_approvals: list[str] = msgspec.field(default_factory=list)
+
+
 @dataclass(eq=False)
 class Run:
     """A run the daemon holds in memory: live, or recently finished.

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import structlog
@@ -26,7 +26,14 @@ from codelegate.daemon.deliveries import Delivery
 from codelegate.daemon.driving import Driver
 from codelegate.daemon.hub import Hub
 from codelegate.daemon.metrics import Metrics
-from codelegate.daemon.record import Run, Stopping, finish_record, run_context, translator_limits
+from codelegate.daemon.record import (
+    Run,
+    RunState,
+    Stopping,
+    finish_record,
+    run_context,
+    translator_limits,
+)
 from codelegate.daemon.recovery import recover_runs
 from codelegate.daemon.runlog import RunLog
 from codelegate.daemon.steering import send_input
@@ -107,6 +114,12 @@ class RunManager:
         """A run's record from memory or the store; None when unknown."""
         run = self.get(run_id)
         return run.record if run is not None else await self._store.get_run(run_id)
+
+    def shown(self, rec: RunRecord) -> RunState:
+        """``rec`` as the API shows it: with the requests a person may still answer."""
+        run = self.get(rec.run_id)
+        pending = list(run.translator.pending) if run is not None else []
+        return RunState(**msgspec.structs.asdict(rec), pending_approvals=pending)
 
     async def recent(self, limit: int) -> list[RunRecord]:
         """Recent runs, newest first, as memory knows them where it holds them."""

@@ -11,15 +11,14 @@ message written (``--replay-user-messages`` echoes each one as the CLI takes it 
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from codelegate.daemon.record import Run
-from codelegate.policy.errors import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE, PolicyError
+from codelegate.policy.codes import BAD_REQUEST, EMPTY_TASK, RUN_FINISHED, TASK_TOO_LARGE
+from codelegate.policy.errors import PolicyError
 from codelegate.translator.control import user_message
-
-RUN_FINISHED: Final = "run_finished"
 
 
 class _Input(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -31,24 +30,24 @@ def decode_input(body: bytes, *, max_bytes: int) -> str:
     try:
         text = msgspec.json.decode(body, type=_Input).text
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise PolicyError(400, BAD_REQUEST, f"bad input: {str(exc)[:300]}") from None
+        raise PolicyError(BAD_REQUEST, f"bad input: {str(exc)[:300]}") from None
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise PolicyError(
-            413, TASK_TOO_LARGE, f"text is {size} bytes; at most {max_bytes} bytes are accepted"
+            TASK_TOO_LARGE, f"text is {size} bytes; at most {max_bytes} bytes are accepted"
         )
     if not text.strip():
-        raise PolicyError(400, EMPTY_TASK, "text must not be empty")
+        raise PolicyError(EMPTY_TASK, "text must not be empty")
     return text
 
 
 def send_input(run: Run | None, text: str) -> dict[str, Any]:
     """Write ``text`` to the run's CLI as a user message; 409 once the run is ending."""
     if run is None or run.done.is_set():
-        raise PolicyError(409, RUN_FINISHED, "the run already ended")
+        raise PolicyError(RUN_FINISHED, "the run already ended")
     child = run.child
     if run.stopping is not None or child is None or not child.stdin_open:
-        raise PolicyError(409, RUN_FINISHED, "the run is ending; it takes no more input")
+        raise PolicyError(RUN_FINISHED, "the run is ending; it takes no more input")
     # Counted before it is written: the pump reads the CLI's echo only after this returns.
     run.translator.channel.input_written()
     child.send(user_message(text))

@@ -28,9 +28,8 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from codelegate.policy.errors import BAD_REQUEST, PolicyError
-
-APPROVAL_SCOPE_NOT_ALLOWED: Final = "approval_scope_not_allowed"
+from codelegate.policy.codes import APPROVAL_SCOPE_NOT_ALLOWED, BAD_REQUEST
+from codelegate.policy.errors import PolicyError
 
 Scope = Literal["workroom", "elevated", "unknown"]
 AnswerScope = Literal["once", "session"]
@@ -220,12 +219,11 @@ def check_answer(verdict: Verdict, *, approved: bool, scope: str) -> AnswerScope
     ``session`` on a deny means nothing (a deny is for this request): it is ``once``.
     """
     if scope not in ("once", "session"):
-        raise PolicyError(400, BAD_REQUEST, f"scope must be 'once' or 'session'; got {scope!r}")
+        raise PolicyError(BAD_REQUEST, f"scope must be 'once' or 'session'; got {scope!r}")
     if not approved or scope == "once":
         return "once"
     if not verdict.allow_session:
         raise PolicyError(
-            403,
             APPROVAL_SCOPE_NOT_ALLOWED,
             "this request may be approved once only: the operator allows session approval "
             "only for [approvals] allow_session tools, inside the Work Room",
@@ -239,7 +237,7 @@ def deny_message(mode: str | None, feedback: str | None) -> str:
         return feedback.strip()
     if mode is not None and mode not in _REJECT_MESSAGES:
         raise PolicyError(
-            400, BAD_REQUEST, f"mode must be one of {', '.join(_REJECT_MESSAGES)}; got {mode!r}"
+            BAD_REQUEST, f"mode must be one of {', '.join(_REJECT_MESSAGES)}; got {mode!r}"
         )
     return _REJECT_MESSAGES[mode or "reject_soft"]
 

@@ -31,12 +31,15 @@ PEER_NOT_ALLOWED: Final = "peer_not_allowed"
 PEER_IS_A_RUN: Final = "peer_is_a_run"
 PEER_UNKNOWN: Final = "peer_unknown"
 ORIGIN_NOT_ALLOWED: Final = "origin_not_allowed"
+APPROVAL_SCOPE_NOT_ALLOWED: Final = "approval_scope_not_allowed"
 # 404 / 405 / 409: what the request names.
 RUN_NOT_FOUND: Final = "run_not_found"
 NOT_FOUND: Final = "not_found"
 METHOD_NOT_ALLOWED: Final = "method_not_allowed"
 SESSION_BUSY: Final = "session_busy"
 RUN_FINISHED: Final = "run_finished"
+APPROVAL_NOT_FOUND: Final = "approval_not_found"
+APPROVAL_RESOLVED: Final = "approval_resolved"
 # 413 / 429 / 503: sizes and the daemon's capacity.
 TASK_TOO_LARGE: Final = "task_too_large"
 BODY_TOO_LARGE: Final = "body_too_large"
@@ -68,11 +71,14 @@ STATUS: Final[Mapping[str, int | None]] = MappingProxyType(
         PEER_IS_A_RUN: 403,
         PEER_UNKNOWN: 403,
         ORIGIN_NOT_ALLOWED: 403,
+        APPROVAL_SCOPE_NOT_ALLOWED: 403,
         RUN_NOT_FOUND: 404,
         NOT_FOUND: 404,
         METHOD_NOT_ALLOWED: 405,
         SESSION_BUSY: 409,
         RUN_FINISHED: 409,
+        APPROVAL_NOT_FOUND: 404,
+        APPROVAL_RESOLVED: 409,
         TASK_TOO_LARGE: 413,
         BODY_TOO_LARGE: 413,
         TOO_MANY_RUNS: 429,

@@ -267,16 +267,18 @@ async def post_run(request: web.Request) -> web.StreamResponse:
 
 async def get_run(request: web.Request) -> web.Response:
     """``GET /v1/runs/{id}``: state, with the final result once done."""
-    state = await manager_of(request.app).state(request.match_info["run_id"])
+    manager = manager_of(request.app)
+    state = await manager.state(request.match_info["run_id"])
     if state is None:
         raise PolicyError(RUN_NOT_FOUND, "no run with that id")
-    return _json(state)
+    return _json(manager.shown(state))
 
 
 async def list_runs(request: web.Request) -> web.Response:
     """``GET /v1/runs?limit=``: recent runs, newest first."""
     limit = int_query(request, "limit", 50, 1, _LIST_LIMIT_MAX)
-    return _json({"runs": await manager_of(request.app).recent(limit)})
+    manager = manager_of(request.app)
+    return _json({"runs": [manager.shown(rec) for rec in await manager.recent(limit)]})
 
 
 async def cancel_run(request: web.Request) -> web.Response:
@@ -296,7 +298,7 @@ async def cancel_run(request: web.Request) -> web.Response:
 
 async def _known(manager: RunManager, run_id: str) -> None:
     if manager.get(run_id) is None and await manager.state(run_id) is None:
-        raise PolicyError(404, "run_not_found", "no run with that id")
+        raise PolicyError(RUN_NOT_FOUND, "no run with that id")
 
 
 async def list_approvals(request: web.Request) -> web.Response:

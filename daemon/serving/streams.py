@@ -204,7 +204,7 @@ async def _answer(manager: RunManager, message: _ApprovalResponse | _AskUserResp
     run = manager.get(run_id)
     try:
         if run is None and await manager.state(run_id) is None:
-            raise PolicyError(404, "run_not_found", "no run with that id")
+            raise PolicyError(RUN_NOT_FOUND, "no run with that id")
         if isinstance(message, _ApprovalResponse):
             answer = Answer(
                 approved=message.approved,

@@ -8,7 +8,7 @@ import msgspec
 
 from codelegate.daemon.store.approvals import ApprovalRow
 from codelegate.daemon.store.store import RunStore
-from tests.store.conftest import record
+from tests.store.conftest import finished, record
 
 
 def asked(run_id: str, request_id: str, at: float) -> ApprovalRow:
@@ -78,7 +78,7 @@ async def test_a_pruned_runs_approvals_go_with_it(tmp_path: Path) -> None:
         for at, run_id in enumerate(("older", "newest")):
             await store.create_run(record(run_id, created_at=float(at)))
             store.put_approval(asked(run_id, f"{run_id}:1", float(at)))
-            await store.finish_run(run_id, "completed", b"{}", 0, float(at))
+            await store.finish_run(finished(run_id, float(at)))
         assert await store.prune(30, 1, now=5.0) == 1
         assert await store.approvals("older") == []
         assert [r.request_id for r in await store.approvals("newest")] == ["newest:1"]

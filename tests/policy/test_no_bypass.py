@@ -16,7 +16,6 @@ from codelegate.policy.errors import ConfigError, PolicyError
 from codelegate.policy.launch import LaunchPlan, plan_launch
 from codelegate.policy.modes import DANGEROUS_FLAGS, REQUEST_MODES, SAFE_CLI_MODES, names_bypass
 from codelegate.policy.request import decode_run_request
-from tests.policy.test_launch import HEAD
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
 HOSTILE = [
