@@ -130,7 +130,6 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_the_layout_has_its_roles() -> None:
     for role in ("clients", "supervision", "store", "serving"):
         assert f"codelegate.daemon.{role}" in MODULES
-    assert {"codelegate.translator.core", "codelegate.policy.launch"} <= set(MODULES)
 
 
 def python_files_outside_the_package() -> list[Path]:
@@ -219,8 +218,6 @@ BEING_SPLIT = frozenset(
         "codelegate.daemon.runs",
         "codelegate.daemon.store.store",
         "codelegate.daemon.supervision.supervisor",
-        "codelegate.translator.cards",
-        "codelegate.translator.core",
         "codelegate.translator.redact",
     }
 )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from codelegate.translator import Limits, Outcome, Translator
+import secrets
+
+from codelegate.translator import Limits, Outcome, Redactor, Translator
 from tests.translator.helpers import (
     CWD,
     as_data,
@@ -175,6 +177,16 @@ def test_a_follow_up_run_continues_the_work_room_numbers() -> None:
     translator.start(1000.0)
     translator.receive_data(assistant(tool_use("t1", "Read", file_path="a")), 1000.5)
     assert (translator.revision, translator.activity_sequence) == (8, 5)
+
+
+def test_the_translator_tells_the_daemon_its_redactor_and_the_last_result_line() -> None:
+    redactor = Redactor([secrets.token_hex(16)])
+    translator = Translator(context(), redactor=redactor)
+    assert translator.redactor is redactor
+    assert translator.last_result is None
+    translator.receive_data(init_line() + result_line("first") + result_line("second"), 1000.5)
+    assert translator.last_result is not None
+    assert translator.last_result.result == "second"
 
 
 def test_a_failed_tool_result_carries_the_first_line_as_error() -> None:

@@ -44,7 +44,7 @@ def test_restore_then_close_interrupted_closes_what_was_open() -> None:
         ]
     )
     restored = Translator.restore(context(session_id="s-1"), frames)
-    assert restored.seq == frames[-1].seq
+    assert restored.state.seq == frames[-1].seq
     out = as_data(restored.close(Outcome(reason="interrupted"), 2000.0))
     assert [f["seq"] for f in out] == list(range(frames[-1].seq + 1, frames[-1].seq + 1 + len(out)))
     results = [f for f in out if f["type"] == "tool_result"]
