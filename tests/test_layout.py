@@ -218,7 +218,6 @@ BEING_SPLIT = frozenset(
         "codelegate.daemon.runs",
         "codelegate.daemon.store.store",
         "codelegate.daemon.supervision.supervisor",
-        "codelegate.translator.redact",
     }
 )
 

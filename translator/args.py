@@ -6,8 +6,9 @@ from typing import Final
 
 import msgspec
 
+from codelegate.translator.bounds import bound_text
 from codelegate.translator.inputs import NAME_CHARS, Limits
-from codelegate.translator.redact import Redactor, bound_text
+from codelegate.translator.redact import Redactor
 
 _args_encoder: Final = msgspec.json.Encoder()
 

@@ -7,6 +7,7 @@ from typing import Any, Final
 import msgspec
 
 import codelegate.translator.wire as wire
+from codelegate.translator.bounds import bound_text
 from codelegate.translator.frames import (
     FinalResult,
     InvocationStatus,
@@ -15,7 +16,7 @@ from codelegate.translator.frames import (
     ToolCounts,
 )
 from codelegate.translator.inputs import NAME_CHARS, Outcome
-from codelegate.translator.redact import Redactor, bound_text
+from codelegate.translator.redact import Redactor
 from codelegate.translator.state import RunState
 
 _STOPPED: Final[dict[str, RunStatus]] = {

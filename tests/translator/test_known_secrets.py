@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from codelegate.translator import Outcome, Translator
 from codelegate.translator.frames import ProviderActivity, ToolCall, encode_frame
-from codelegate.translator.redact import MASK, PLAIN, Redactor, known_forms
+from codelegate.translator.redact import PLAIN, Redactor, known_forms
+from codelegate.translator.shapes import MASK
 from tests.translator.helpers import (
     EXITED,
     assistant,

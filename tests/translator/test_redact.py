@@ -8,18 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codelegate.translator.bounds import bound_chars, bound_text
 from codelegate.translator.redact import (
-    MASK,
     Redactor,
-    bound_chars,
-    bound_text,
     clean_chars,
     clean_text,
     clean_value,
-    is_secret_key,
-    redact_text,
     redact_value,
 )
+from codelegate.translator.shapes import MASK, is_secret_key, redact_text
 
 
 @pytest.mark.parametrize(
