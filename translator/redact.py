@@ -28,6 +28,7 @@ from codelegate.translator.shapes import (
     KEY_CACHE_MAX,
     MASK,
     is_secret_key,
+    mask_shapes,
     may_hold_a_secret,
     redact_text,
 )
@@ -37,6 +38,14 @@ _MARGIN: Final = 512
 _UNSURE: Final = 256
 _LINE_CUT: Final = "\n[\0]"
 _UNSURE_BEFORE_CUT: Final = re.compile(rf"[^\n]{{0,{_UNSURE}}}\n\[\0\]")
+
+
+def _settle_cut(clean: str, redact: Callable[[str], str]) -> Callable[[str], str] | None:
+    """What a cut of ``clean``, a text the screen passed, must be redacted with again: nothing
+    when it is ASCII. The screen looks for lowercased literals and forms, and an ASCII text
+    lowercases character by character, so every part of it passes too. (Elsewhere one character
+    can lowercase differently at a cut: a final sigma.)"""
+    return None if clean.isascii() else redact
 
 
 # --- known values --------------------------------------------------------------------------------
@@ -85,7 +94,7 @@ class Redactor:
     calls every other method goes through.
     """
 
-    __slots__ = ("_keys", "_known", "_lens", "_lows", "screen", "text")
+    __slots__ = ("_keys", "_known", "_lens", "_lows", "_masked", "screen", "text")
 
     def __init__(self, known: Iterable[str] = ()) -> None:
         forms = known_forms(known)
@@ -100,6 +109,9 @@ class Redactor:
         # Plain functions in instance slots: no method binding on the hot path.
         self.text: Callable[[str], str] = self._text_known if forms else redact_text
         self.screen: Callable[[str], bool] = self._screen_known if forms else may_hold_a_secret
+        # ``text`` of a text the screen passed, given its lowercase (not lowered nor screened
+        # again).
+        self._masked: Callable[[str, str], str] = self._masked_known if forms else mask_shapes
 
     def _screen_known(self, low: str) -> bool:
         """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
@@ -110,6 +122,9 @@ class Redactor:
             if form in low:
                 return True
         return False
+
+    def _masked_known(self, text: str, low: str) -> str:
+        return self._text_known(text)
 
     def _text_known(self, text: str) -> str:
         low = text.lower()
@@ -149,20 +164,29 @@ class Redactor:
 
     def clean_text(self, text: str, limit: int) -> str:
         """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
-        # The common case first, in as few calls as possible: short, and nothing to mask.
-        if len(text) * 4 <= limit and not self.screen(text.lower()):
-            return text
+        screen = self.screen
         redact = self.text
         precut = limit + _MARGIN
         if len(text) <= precut:
-            return bound_text(redact(text), limit, settle=redact)
+            low = text.lower()
+            if screen(low):
+                return bound_text(self._masked(text, low), limit, settle=redact)
+            # The common case, in as few calls as possible: nothing to mask.
+            return bound_text(text, limit, settle=_settle_cut(text, redact))
         # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
         # character is at least a byte). A secret cut off at the end of the head might be too
         # short to be recognised: the head's last characters are dropped after redaction.
-        red = redact(text[:precut])[:-_UNSURE]
+        head = text[:precut]
+        low = head.lower()
+        if screen(low):
+            red = self._masked(head, low)[:-_UNSURE]
+            settle: Callable[[str], str] | None = redact
+        else:
+            red = head[:-_UNSURE]
+            settle = _settle_cut(red, redact)
         raw_len = len(text.encode("utf-8", "surrogatepass"))
         dropped = raw_len - len(red.encode("utf-8", "surrogatepass"))
-        return bound_text(red, limit, dropped=dropped, settle=redact)
+        return bound_text(red, limit, dropped=dropped, settle=settle)
 
     def clean_chars(self, text: str, limit: int) -> str:
         """Redacted, then bounded to ``limit`` characters (assistant text, card titles)."""

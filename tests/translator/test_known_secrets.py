@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import string
 from typing import Any
 
@@ -16,6 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from codelegate.translator import Outcome, Translator
+from codelegate.translator.bounds import cut_marker
 from codelegate.translator.frames import ProviderActivity, ToolCall, encode_frame
 from codelegate.translator.redact import PLAIN, Redactor, known_forms
 from codelegate.translator.shapes import MASK
@@ -325,3 +327,18 @@ def test_a_text_past_any_bound_is_still_screened_for_secrets(secret: str) -> Non
     filler = "x" * 70_000  # past the length where the screen takes one regex pass
     assert PLAIN.text(filler + " token=" + secret + " " + filler).count(secret) == 0
     assert PLAIN.text(filler) == filler
+
+
+@given(st.binary(min_size=4, max_size=4).map(bytes.hex), st.integers(0, 3000))
+def test_a_cut_that_ends_a_known_value_is_redacted_again(core: str, tail: int) -> None:
+    # The screen reads lowercased text, and a capital sigma lowercases by what follows it: "σ"
+    # before a letter, "ς" at the end. A text the screen passes can then have a cut that it does
+    # not: here the cut ends right after the known value, whose lowercase ends in "ς".
+    value = f"AB{core}ZΣ"
+    text = value + "x" * (600 + tail)
+    kept = len(value.encode())
+    limit = kept + len(cut_marker(len(text.encode())))
+    for redactor in (Redactor([value]), Redactor([value, secrets.token_hex(16)])):
+        out = redactor.clean_text(text, limit)
+        assert value not in out
+        assert out.endswith("bytes cut]")
