@@ -75,20 +75,18 @@ class Translator:
 
     def start(self, now: float) -> list[Frame]:
         """Frames of the run's start: the ``provider_invocation`` when a parent was named."""
-        s = self.state
-        if s.started or s.closed:
+        s = self._at(now)
+        if s is None or s.started:
             return []
         s.started = True
-        s.now = now
         self._invocation_frame("running", current="Working in the selected workspace")
         return s.take()
 
     def receive_data(self, data: bytes, now: float) -> list[Frame]:
         """Frames for the stdout bytes ``data`` (any chunking; ``b""`` = end of output)."""
-        s = self.state
-        if s.closed:
+        s = self._at(now)
+        if s is None:
             return []
-        s.now = now
         splitter = self._splitter
         before = splitter.oversized
         blocks = splitter.feed_blocks(data)
@@ -104,10 +102,9 @@ class Translator:
 
     def stderr_seen(self, count: int, now: float) -> list[Frame]:
         """A ``stderr`` diagnostic for ``count`` stderr lines so far (sent at powers of two)."""
-        s = self.state
-        if s.closed:
+        s = self._at(now)
+        if s is None:
             return []
-        s.now = now
         seen = s.diag.get("stderr", 0)
         if count > seen:
             s.diag["stderr"] = count
@@ -118,10 +115,9 @@ class Translator:
     def frames_not_stored(self, count: int, now: float) -> list[Frame]:
         """A ``frames_not_stored`` diagnostic when the run store stops keeping this run's frames
         (its cap): sent at the first one, and the total at the end (``close``)."""
-        s = self.state
-        if s.closed:
+        s = self._at(now)
+        if s is None:
             return []
-        s.now = now
         first = "frames_not_stored" not in s.diag
         s.diag["frames_not_stored"] = count
         if first:
@@ -130,10 +126,9 @@ class Translator:
 
     def close(self, outcome: Outcome, now: float) -> list[Frame]:
         """Close every open card, then ``run_result`` (always the last frame of a run)."""
-        s = self.state
-        if s.closed:
+        s = self._at(now)
+        if s is None:
             return []
-        s.now = now
         for line in self._splitter.feed(b""):
             self._line(line)
         for agent in list(s.streaming):
@@ -171,6 +166,14 @@ class Translator:
         s.frame(RunResult, result=result)
         s.closed = True
         return s.take()
+
+    def _at(self, now: float) -> RunState | None:
+        """The run's state with its clock at ``now``; None once closed (it takes nothing more)."""
+        s = self.state
+        if s.closed:
+            return None
+        s.now = now
+        return s
 
     @classmethod
     def restore(

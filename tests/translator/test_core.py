@@ -15,6 +15,7 @@ from tests.translator.helpers import (
     of_type,
     result_line,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -226,30 +227,27 @@ def test_permission_denied_closes_failed_with_the_reason_and_lists_the_denial() 
     frames = run(
         [
             assistant(tool_use("t1", "Bash", command="touch x", token="s3cr3t")),
-            line(
-                type="system",
-                subtype="permission_denied",
+            system(
+                "permission_denied",
                 tool_name="Bash",
                 tool_use_id="t1",
                 message="needs approval: touch",
             ),
             tool_result("t1", "Permission denied long text", is_error=True),
-            line(
-                type="system",
-                subtype="permission_denied",
+            system(
+                "permission_denied",
                 tool_name="Write",
                 tool_use_id="t9",
                 decision_reason="denied",
             ),
             # The same denial said twice is listed once.
-            line(
-                type="system",
-                subtype="permission_denied",
+            system(
+                "permission_denied",
                 tool_name="Write",
                 tool_use_id="t9",
                 decision_reason="denied",
             ),
-            line(type="system", subtype="permission_denied", tool_name="Write"),
+            system("permission_denied", tool_name="Write"),
             result_line(
                 permission_denials=[
                     {"tool_name": "Bash", "tool_use_id": "t1", "tool_input": {}},
@@ -283,7 +281,7 @@ def test_a_denied_card_left_open_closes_as_denied() -> None:
     frames = run(
         [
             assistant(tool_use("t1", "Bash")),
-            line(type="system", subtype="permission_denied", tool_use_id="t1"),
+            system("permission_denied", tool_use_id="t1"),
         ]
     )
     done = of_type(frames, "tool_result")[0]

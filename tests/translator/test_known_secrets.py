@@ -26,8 +26,8 @@ from tests.translator.helpers import (
     assistant,
     context,
     encode,
-    line,
     result_line,
+    system,
     tool_result,
     tool_use,
 )
@@ -173,7 +173,7 @@ def test_names_paths_and_ids_the_cli_reports_are_redacted(ghp: str, known: str) 
     ant = "sk-ant-api03-" + known
     translator = Translator(context(), redactor=Redactor([known + "-daemon"]))
     lines = [
-        line(type="system", subtype="init", session_id=ant, cwd="/w", tools=[]),
+        system("init", session_id=ant, cwd="/w", tools=[]),
         assistant(
             tool_use("t1", "Write", file_path=f"/srv/workspaces/demo/tokens/{ghp}/notes.txt"),
             tool_use("t2", ant),  # a model-chosen tool name
@@ -181,17 +181,16 @@ def test_names_paths_and_ids_the_cli_reports_are_redacted(ghp: str, known: str) 
             tool_use("t4", "Bash", command="printenv ANTHROPIC_AUTH_TOKEN"),
         ),
         tool_result("t1", extra={"type": "create", "filePath": "x"}),
-        line(
-            type="system",
-            subtype="task_progress",
+        system(
+            "task_progress",
             tool_use_id="t3",
             task_id="k",
             description="working",
             last_tool_name=ant,
             usage={"tool_uses": 1},
         ),
-        line(type="system", subtype="permission_denied", tool_use_id="t2", tool_name=ant),
-        line(type="system", subtype="permission_denied", tool_use_id="t9", tool_name=ghp),
+        system("permission_denied", tool_use_id="t2", tool_name=ant),
+        system("permission_denied", tool_use_id="t9", tool_name=ghp),
         tool_result("t4", f"{known}-daemon\n"),
         result_line(
             session_id=ant,
@@ -285,7 +284,7 @@ def test_tool_ids_the_cli_reports_are_redacted_and_stay_distinct(ids: list[str])
     lines = [
         assistant(tool_use(parent, "Task", description="d", prompt="p")),
         *(assistant(tool_use(i, "Read", file_path="a"), parent=parent) for i in children),
-        line(type="system", subtype="permission_denied", tool_use_id=children[0], tool_name="Read"),
+        system("permission_denied", tool_use_id=children[0], tool_name="Read"),
         *(tool_result(i, "ok", parent=parent) for i in children),
         result_line(
             permission_denials=[{"tool_name": "Read", "tool_use_id": i} for i in ids],
