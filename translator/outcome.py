@@ -110,7 +110,7 @@ def _denials(s: RunState) -> list[PermissionDenial]:
 
 
 def final_result(s: RunState, outcome: Outcome, now: float) -> FinalResult:
-    """The run's one result: last ``result`` line, outcome, cards (PLAN "Final status rules")."""
+    """The run's one result: last ``result`` line, outcome, cards (DESIGN "The final result")."""
     limits = s.limits
     redactor = s.redactor
     last = s.last_result
