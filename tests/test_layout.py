@@ -194,12 +194,6 @@ def test_the_tool_imports_only_the_standard_library(name: str) -> None:
     assert outside == []
 
 
-# Being taken apart (the translator's run state, the policy circle); strict, so the mark must go
-# the moment they are.
-CIRCLES_BEING_REMOVED = pytest.mark.xfail(strict=True, reason="two circles are being taken apart")
-
-
-@CIRCLES_BEING_REMOVED
 def test_the_import_graph_has_no_circles() -> None:
     assert circles(graph()) == []
 
