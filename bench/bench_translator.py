@@ -13,9 +13,12 @@ few interleaved rounds:
 - ``peer``: the Claude Agent SDK's ``parse_message`` over ``json.loads`` of every line;
 - ``ours``: what ``codelegate translate FILE`` does: frames for the whole corpus, encoded, written;
 - ``known``: the same, with the redactor of a run that knows three credentials (as the daemon's
-  runs do): what masking known values in every encoding costs on top.
+  runs do): what masking known values in every encoding costs on top;
+- ``before`` (with ``--against REV``): ``ours`` as the translator of commit ``REV`` is, from a
+  ``git archive`` of it, so that a change is measured against its base in the same run.
 
-Run with ``.venv/bin/python -m bench translator`` (``--lines N``, ``--rounds N``).
+Run with ``.venv/bin/python -m bench translator`` (``--lines N``, ``--rounds N``, ``--against
+REV``).
 """
 
 from __future__ import annotations
@@ -106,14 +109,16 @@ def build_corpus(min_lines: int, *, partial: bool = False) -> bytes:
     return b"".join(parts)
 
 
-def _run(worker: str, path: Path) -> float:
+def _run(worker: str, path: Path, trees: dict[str, Path]) -> float:
     # CPU time (user + system) of the child, not wall time: on a shared machine the load of
     # other processes moves wall time far more than it moves the work done.
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The script's folder comes first on sys.path: a worker run in another tree imports its
+    # codelegate (the editable install's finder comes after the path).
     subprocess.run(
-        [sys.executable, "-c", _WORKERS[worker], str(path)],
+        [sys.executable, "-c", _WORKERS.get(worker, _WORKERS["ours"]), str(path)],
         check=True,
-        cwd=ROOT,
+        cwd=trees.get(worker, ROOT),
         stdout=subprocess.DEVNULL,
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -121,15 +126,40 @@ def _run(worker: str, path: Path) -> float:
 
 
 def measure(
-    corpus: Path, empty: Path, rounds: int, names: tuple[str, ...] = tuple(_WORKERS)
+    corpus: Path,
+    empty: Path,
+    rounds: int,
+    names: tuple[str, ...] = tuple(_WORKERS),
+    trees: dict[str, Path] | None = None,
 ) -> dict[str, float]:
-    """Best net time per contender, rounds interleaved so that load affects all alike."""
+    """Best net time per contender, rounds interleaved so that load affects all alike
+    (``trees``: the source tree a contender runs in, when not this one)."""
+    trees = trees or {}
     best = {name: float("inf") for name in names}
     for _ in range(rounds):
         for name in names:
-            net = _run(name, corpus) - _run(name, empty)
+            net = _run(name, corpus, trees) - _run(name, empty, trees)
             best[name] = min(best[name], net)
     return best
+
+
+def checkout(rev: str, into: Path) -> Path:
+    """The package of commit ``rev`` (``git archive``), unpacked in ``into``."""
+    archive = subprocess.run(
+        ["git", "archive", rev, "codelegate", "daemon", "policy", "translator"],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    ).stdout
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    probe = "import codelegate.translator as t; print(t.__file__)"
+    where = subprocess.run(
+        [sys.executable, "-c", probe], check=True, cwd=into, capture_output=True, text=True
+    ).stdout
+    if not Path(where.strip()).resolve().is_relative_to(into.resolve()):
+        raise SystemExit(f"the tree of {rev} is not the one imported ({where.strip()})")
+    return into
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench translator")
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--against", metavar="REV", help="also time the translator of REV")
     # The runner passes every option to every benchmark: ignore the others' options.
     args, _ = parser.parse_known_args(argv if argv is not None else [])
     corpus = build_corpus(args.lines)
@@ -148,23 +179,34 @@ def main(argv: list[str] | None = None) -> int:
         partial_path.write_bytes(partial)
         empty_path = Path(tmp) / "empty.jsonl"
         empty_path.write_bytes(b"")
-        best = measure(corpus_path, empty_path, args.rounds)
-        best_partial = measure(partial_path, empty_path, args.rounds, ("floor", "ours"))
+        names: tuple[str, ...] = tuple(_WORKERS)
+        trees: dict[str, Path] = {}
+        if args.against:
+            trees["before"] = checkout(args.against, Path(tmp) / "before")
+            names += ("before",)
+        best = measure(corpus_path, empty_path, args.rounds, names, trees)
+        partial_names = ("floor", "ours", "before") if args.against else ("floor", "ours")
+        best_partial = measure(partial_path, empty_path, args.rounds, partial_names, trees)
     lines = corpus.count(b"\n")
     size = len(corpus) / 1e6
     print(f"corpus: {lines} lines, {size:.1f} MB; best of {args.rounds} rounds, net of start-up")
     for name, seconds in best.items():
-        print(f"  {name:5} {seconds:7.3f} s  {lines / seconds / 1000:8.1f} k lines/s")
+        print(f"  {name:6} {seconds:7.3f} s  {lines / seconds / 1000:8.1f} k lines/s")
     vs_floor = best["ours"] / best["floor"]
     vs_peer = best["peer"] / best["ours"]
     partial_lines = partial.count(b"\n")
     print(f"partial-messages corpus: {partial_lines} lines, {len(partial) / 1e6:.1f} MB")
     for name, seconds in best_partial.items():
-        print(f"  {name:5} {seconds:7.3f} s  {partial_lines / seconds / 1000:8.1f} k lines/s")
+        print(f"  {name:6} {seconds:7.3f} s  {partial_lines / seconds / 1000:8.1f} k lines/s")
     print(f"  ours / floor = {vs_floor:.2f}x full lines, ", end="")
     print(f"{best_partial['ours'] / best_partial['floor']:.2f}x partial messages")
     print(f"  peer / floor = {best['peer'] / best['floor']:.2f}x")
     print(f"  known / ours = {best['known'] / best['ours']:.2f}x")
+    if args.against:
+        before, before_partial = best["before"], best_partial["before"]
+        print(f"  before / floor = {before / best['floor']:.2f}x full lines, ", end="")
+        print(f"{before_partial / best_partial['floor']:.2f}x partial messages ({args.against})")
+        print(f"  before / ours = {before / best['ours']:.2f}x")
     print(f"  peer / ours  = {vs_peer:.2f}x (required: at least {REQUIRED_VS_PEER}x)")
     return 0 if vs_peer >= REQUIRED_VS_PEER else 1
 

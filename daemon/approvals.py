@@ -105,10 +105,10 @@ class Approvals:
         """
         translator = run.translator
         child = run.child
-        for line in translator.take_control():
+        for line in translator.approvals.take_control():
             if child is None or not child.send(line):
                 _log.warning("approval_line_not_written", reason="stdin closed")
-        for asked in translator.take_asked():
+        for asked in translator.approvals.take_asked():
             self._asked(run, asked)
         self.track(run, frames)
 
@@ -162,7 +162,7 @@ class Approvals:
         if run.stopping is not None or run.done.is_set():
             return  # the cancel or the close resolves it
         message = timeout_message(self._timeout_s)
-        out = run.translator.resolve(
+        out = run.translator.approvals.resolve(
             request_id, decision="deny", by="timeout", message=message, now=time.time()
         )
         if out is None:
@@ -184,7 +184,7 @@ class Approvals:
         scope = check_answer(asked.verdict, approved=body.approved, scope=body.scope)
         decision: Literal["allow", "deny"] = "allow" if body.approved else "deny"
         message = None if body.approved else deny_message(body.mode, body.feedback)
-        out = run.translator.resolve(
+        out = run.translator.approvals.resolve(
             request_id,
             decision=decision,
             scope=scope,
@@ -203,7 +203,7 @@ class Approvals:
         assert run is not None  # noqa: S101 - _open found its pending request
         if body.decline:
             message = deny_message(None, body.message)
-            out = run.translator.resolve(
+            out = run.translator.approvals.resolve(
                 request_id, decision="deny", by="client", message=message, now=time.time()
             )
             self._carry_out(run, out, message=message)
@@ -214,7 +214,7 @@ class Approvals:
             if first is None:
                 raise PolicyError(BAD_REQUEST, "this request asks no question to answer")
             answers.setdefault(first, body.answer)
-        out = run.translator.resolve(
+        out = run.translator.approvals.resolve(
             request_id,
             decision="allow",
             by="client",
@@ -231,7 +231,7 @@ class Approvals:
         The last await is the store's, on the way to a refusal: once a pending request is
         found, nothing awaits until its answer is written.
         """
-        asked = run.translator.pending.get(request_id) if run is not None else None
+        asked = run.translator.approvals.pending.get(request_id) if run is not None else None
         if asked is None or asked.kind != kind or run is None:
             rows = await self._store.approvals(run_id)
             if any(r.request_id == request_id and r.kind == kind for r in rows):
@@ -261,9 +261,9 @@ class Approvals:
     def resolve_all(self, run: Run, by: Literal["cancel", "interrupted"]) -> None:
         """Close every pending request of ``run`` (a cancel, the daemon going down): frames and
         rows, nothing written to the CLI (the interrupt that follows cancels them there)."""
-        if not run.translator.pending:
+        if not run.translator.approvals.pending:
             return
-        frames = run.translator.resolve_all(by, time.time())
+        frames = run.translator.approvals.resolve_all(by, time.time())
         self._emit(run, frames)
         self.track(run, frames)
 

@@ -118,7 +118,7 @@ class RunManager:
     def shown(self, rec: RunRecord) -> RunState:
         """``rec`` as the API shows it: with the requests a person may still answer."""
         run = self.get(rec.run_id)
-        pending = list(run.translator.pending) if run is not None else []
+        pending = list(run.translator.approvals.pending) if run is not None else []
         return RunState(**msgspec.structs.asdict(rec), pending_approvals=pending)
 
     async def recent(self, limit: int) -> list[RunRecord]:

@@ -34,7 +34,8 @@ from codelegate.policy.approvals import (
     judge,
     timeout_message,
 )
-from codelegate.translator.cards import _file_names, _shrink_args
+from codelegate.translator.args import _shrink_args
+from codelegate.translator.cards import Cards, _file_names
 from codelegate.translator.control import allow, answer_questions, deny
 from codelegate.translator.frames import (
     ApprovalNeeded,
@@ -44,7 +45,7 @@ from codelegate.translator.frames import (
     ResolvedBy,
     frame_id,
 )
-from codelegate.translator.outcome import NAME_CHARS, Limits, RunContext
+from codelegate.translator.inputs import NAME_CHARS
 from codelegate.translator.prompts import (
     QUESTION_CHARS,
     Question,
@@ -53,7 +54,7 @@ from codelegate.translator.prompts import (
     read_questions,
     shown_questions,
 )
-from codelegate.translator.redact import Redactor
+from codelegate.translator.state import RunState
 from codelegate.translator.summary import FILE_CHANGE_TOOLS, changed_path
 from codelegate.translator.wire import ControlCancel, ControlRequest
 
@@ -85,27 +86,19 @@ class Asked(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ApprovalRules:
-    """The approval transitions, mixed into :class:`~translator.core.Translator` (its state)."""
+    """The approval transitions of one run: given its state and its card rules, composed by
+    :class:`~translator.core.Translator` like the other rules."""
 
-    ctx: RunContext
-    limits: Limits
-    redactor: Redactor
-    seq: int
-    _run_id: str
-    _now: float
-    _closed: bool
-    _out: list[Frame]
-    _invocation: str | None
-    _count: Callable[..., None]
-    _said: Callable[..., str]
-    _tool_id: Callable[[str], str]
-    _frame: Callable[..., None]
-    _invocation_frame: Callable[..., None]
-    _mark_denied: Callable[[str, str, str | None], None]
-    _take: Callable[[], list[Frame]]
-    _cards: dict[str, Any]
-
-    def _init_approvals(self, cfg: ApprovalsConfig | None) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        cards: Cards,
+        invocation_frame: Callable[..., None],
+        cfg: ApprovalsConfig | None,
+    ) -> None:
+        self.s = state
+        self.cards = cards
+        self._invocation_frame = invocation_frame  # the Work Room's status (the translator's)
         self._approvals = cfg if cfg is not None and cfg.enabled else None
         self._pending: dict[str, Asked] = {}
         # Every request id of the CLI seen -> ours ("" when it was answered at once).
@@ -151,14 +144,14 @@ class ApprovalRules:
         stays pending), ValueError for an allow by anyone but a client.
         """
         asked = self._pending.get(request_id)
-        if asked is None or self._closed:
+        if asked is None or self.s.closed:
             return None
         if decision == "allow" and by != "client":
             raise ValueError("only a client's answer can allow")
         granted = check_answer(asked.verdict, approved=decision == "allow", scope=scope)
         if not asked.cli_request_id and by in ("client", "timeout"):
             return None  # rebuilt after a restart: the CLI that asked is gone
-        self._now = now
+        self.s.now = now
         line = None
         if by not in ("cancel", "interrupted"):
             if by == "timeout" and not (message and message.strip()):
@@ -166,77 +159,104 @@ class ApprovalRules:
                 message = timeout_message(cfg.timeout_s if cfg is not None else 0.0)
             line = self._answer_line(asked, decision, granted, message, answers, notes)
         self._settle(asked, decision, granted, by)
-        return self._take(), line
+        return self.s.take(), line
 
     def resolve_all(self, by: Literal["cancel", "interrupted"], now: float) -> list[Frame]:
         """End every pending request (a cancel, the end of the run): frames only, no line."""
-        if self._closed:
+        if self.s.closed:
             return []
-        self._now = now
+        self.s.now = now
         for asked in list(self._pending.values()):
             self._settle(asked, "deny", "once", by, ending=True)
-        return self._take()
+        return self.s.take()
+
+    def restore(self, frames: Iterable[Frame]) -> None:
+        """The requests still pending in a run's stored frames (after a daemon restart): they
+        can only end ``interrupted`` now, the CLI that asked being gone."""
+        for frame in frames:
+            if isinstance(frame, ApprovalNeeded | AskUser):
+                self._pending[frame.id] = Asked(
+                    request_id=frame.id,
+                    cli_request_id="",
+                    kind="question" if isinstance(frame, AskUser) else "permission",
+                    tool=frame.tool if isinstance(frame, ApprovalNeeded) else QUESTION_TOOL,
+                    tool_id=frame.tool_id,
+                    arguments=frame.arguments if isinstance(frame, ApprovalNeeded) else None,
+                    verdict=Verdict(
+                        ask=True, classification="unknown", allow_once=False, allow_session=False
+                    ),
+                    asked_at=frame.ts,
+                    expires_at=frame.expires_at,
+                    prompt=Prompt(tool_name="", input={}),
+                )
+            elif isinstance(frame, ApprovalResolved):
+                self._pending.pop(frame.request_id, None)
+
+    def end(self) -> None:
+        """The run closes: what is still pending ends ``interrupted`` (nobody can answer it)."""
+        for asked in list(self._pending.values()):
+            self._settle(asked, "deny", "once", "interrupted", ending=True)
 
     # --- lines of the CLI -----------------------------------------------------------------------
 
-    def _control_request(self, msg: ControlRequest) -> None:
+    def control_request(self, msg: ControlRequest) -> None:
         cli_id = msg.request_id
         decoded = decode_request(msg.request)
         body, prompt = decoded if decoded is not None else (None, None)
         if body is not None and body.subtype != "can_use_tool":
-            self._count("unknown_type")  # a request of a kind this daemon does not speak
+            self.s.count("unknown_type")  # a request of a kind this daemon does not speak
             return
         if cli_id in self._by_cli:
             return  # the same line again: answered once already
         if not cli_id:
-            self._count("malformed_line")  # nothing to answer it by
+            self.s.count("malformed_line")  # nothing to answer it by
             return
         self._by_cli[cli_id] = ""
         if body is None or prompt is None or not body.tool_use_id:
-            self._count("malformed_line")
+            self.s.count("malformed_line")
             self._control_out.append(deny(cli_id, UNREADABLE_MESSAGE))
             return
         cfg = self._approvals
         if cfg is None:
             # Approvals off: denied as under --permission-prompts none, and no frame for it.
             self._control_out.append(deny(cli_id, OFF_MESSAGE))
-            self._mark_denied(body.tool_use_id, OFF_MESSAGE, prompt.tool_name)
+            self.cards.mark_denied(body.tool_use_id, OFF_MESSAGE, prompt.tool_name)
             return
-        verdict = judge(cfg, prompt, cwd=self.ctx.cwd, pending=len(self._pending))
+        verdict = judge(cfg, prompt, cwd=self.s.ctx.cwd, pending=len(self._pending))
         questions = read_questions(prompt.input) if prompt.question else None
         if prompt.question and not questions:
             verdict = msgspec.structs.replace(verdict, ask=False, deny_message=UNREADABLE_MESSAGE)
-        tool_id = self._tool_id(body.tool_use_id)
-        request_id = frame_id(self._run_id, self.seq + 1)
+        tool_id = self.s.tool_id(body.tool_use_id)
+        request_id = frame_id(self.s.run_id, self.s.seq + 1)
         if not verdict.ask:
             message = verdict.deny_message or UNREADABLE_MESSAGE
             self._control_out.append(deny(cli_id, message))
-            self._mark_denied(body.tool_use_id, message, prompt.tool_name)
-            self._frame(
+            self.cards.mark_denied(body.tool_use_id, message, prompt.tool_name)
+            self.s.frame(
                 ApprovalResolved,
                 request_id=request_id,
                 decision="deny",
                 scope="once",
                 by="policy",
-                tool=self._said(prompt.tool_name, NAME_CHARS),
+                tool=self.s.said(prompt.tool_name, NAME_CHARS),
                 tool_id=tool_id,
             )
             return
         self._invocation_frame("awaiting_approval", current=_WAITING)
-        request_id = frame_id(self._run_id, self.seq + 1)
+        request_id = frame_id(self.s.run_id, self.s.seq + 1)
         asked = Asked(
             request_id=request_id,
             cli_request_id=cli_id,
             kind="question" if questions else "permission",
-            tool=self._said(prompt.tool_name, NAME_CHARS),
+            tool=self.s.said(prompt.tool_name, NAME_CHARS),
             tool_id=tool_id,
             arguments=self._arguments(body.tool_use_id, prompt.input),
             verdict=verdict,
-            asked_at=self._now,
-            expires_at=self._now + cfg.timeout_s,
+            asked_at=self.s.now,
+            expires_at=self.s.now + cfg.timeout_s,
             prompt=prompt,
         )
-        agent = self._said(prompt.agent_id) if prompt.agent_id else None
+        agent = self.s.said(prompt.agent_id) if prompt.agent_id else None
         if questions:
             self._ask_user(asked, questions, agent)
         else:
@@ -246,7 +266,7 @@ class ApprovalRules:
         self._uses[request_id] = body.tool_use_id
         self._asked_out.append(asked)
 
-    def _control_cancel(self, msg: ControlCancel) -> None:
+    def control_cancel(self, msg: ControlCancel) -> None:
         # The CLI withdrew its request (it does so before answering our interrupt): nothing
         # may be written for it any more.
         request_id = self._by_cli.get(msg.request_id)
@@ -260,16 +280,18 @@ class ApprovalRules:
         name = asked.prompt.tool_name
         files = None
         if name in FILE_CHANGE_TOOLS:
-            changed = changed_path(name, asked.prompt.input, self.ctx.cwd)
-            files = _file_names(self._said(changed) if changed else None, self.redactor.clean_chars)
-        self._frame(
+            changed = changed_path(name, asked.prompt.input, self.s.ctx.cwd)
+            files = _file_names(
+                self.s.said(changed) if changed else None, self.s.redactor.clean_chars
+            )
+        self.s.frame(
             ApprovalNeeded,
             request_id=asked.request_id,
             tool=asked.tool,
             arguments=asked.arguments,
-            description=self._said(description) if description else None,
+            description=self.s.said(description) if description else None,
             tool_id=asked.tool_id,
-            activityId=asked.tool_id if self._invocation is not None else None,
+            activityId=asked.tool_id if self.s.invocation is not None else None,
             expires_at=asked.expires_at,
             agent_id=agent,
             providerApproval=provider_approval(name, asked.verdict, files),
@@ -277,10 +299,10 @@ class ApprovalRules:
 
     def _ask_user(self, asked: Asked, questions: list[Question], agent: str | None) -> None:
         shown = shown_questions(
-            questions, lambda text: self._said(text, QUESTION_CHARS), self.limits.items
+            questions, lambda text: self.s.said(text, QUESTION_CHARS), self.s.limits.items
         )
         first = shown[0]
-        self._frame(
+        self.s.frame(
             AskUser,
             request_id=asked.request_id,
             tool_id=asked.tool_id,
@@ -293,13 +315,13 @@ class ApprovalRules:
         )
 
     def _arguments(self, use_id: str, raw: dict[str, Any]) -> Any:
-        card = self._cards.get(use_id)
+        card = self.s.cards.get(use_id)
         if card is not None and not card.partial:
             return card.args  # the same input, cleaned and bounded once already
-        limits = self.limits
-        args = self.redactor.clean_value(raw, string_bytes=limits.arg_bytes, items=limits.items)
+        limits = self.s.limits
+        args = self.s.redactor.clean_value(raw, string_bytes=limits.arg_bytes, items=limits.items)
         if len(_args_encoder.encode(args)) > limits.arg_bytes:
-            args = _shrink_args(self.redactor, args, limits.arg_bytes)
+            args = _shrink_args(self.s.redactor, args, limits.arg_bytes)
         return args
 
     # --- answers --------------------------------------------------------------------------------
@@ -316,7 +338,7 @@ class ApprovalRules:
         cli_id, prompt = asked.cli_request_id, asked.prompt
         if decision == "deny":
             message = message if message and message.strip() else DENIED_MESSAGE
-            self._mark_denied(self._uses[asked.request_id], message, prompt.tool_name)
+            self.cards.mark_denied(self._uses[asked.request_id], message, prompt.tool_name)
             return deny(cli_id, message)
         if asked.kind == "question":
             asked_texts = {q.question for q in read_questions(prompt.input) or ()}
@@ -334,7 +356,7 @@ class ApprovalRules:
     ) -> None:
         del self._pending[asked.request_id]
         self._uses.pop(asked.request_id, None)
-        self._frame(
+        self.s.frame(
             ApprovalResolved,
             request_id=asked.request_id,
             decision=decision,
@@ -346,29 +368,6 @@ class ApprovalRules:
         # Back to work once nothing waits; not when the run is ending (a cancel, the close).
         if not self._pending and by != "cancel" and not ending:
             self._invocation_frame("running", current=_WORKING)
-
-
-def restore_pending(t: ApprovalRules, frames: Iterable[Frame]) -> None:
-    """The requests still pending in a run's stored frames (after a daemon restart): they can
-    only end ``interrupted`` now, the CLI that asked being gone."""
-    for frame in frames:
-        if isinstance(frame, ApprovalNeeded | AskUser):
-            t._pending[frame.id] = Asked(
-                request_id=frame.id,
-                cli_request_id="",
-                kind="question" if isinstance(frame, AskUser) else "permission",
-                tool=frame.tool if isinstance(frame, ApprovalNeeded) else QUESTION_TOOL,
-                tool_id=frame.tool_id,
-                arguments=frame.arguments if isinstance(frame, ApprovalNeeded) else None,
-                verdict=Verdict(
-                    ask=True, classification="unknown", allow_once=False, allow_session=False
-                ),
-                asked_at=frame.ts,
-                expires_at=frame.expires_at,
-                prompt=Prompt(tool_name="", input={}),
-            )
-        elif isinstance(frame, ApprovalResolved):
-            t._pending.pop(frame.request_id, None)
 
 
 def _only(texts: Mapping[str, str] | None, keys: set[str]) -> dict[str, str]:

@@ -6,14 +6,11 @@ Two rules hold whatever the input, and are property-tested:
 - *idempotent*: cleaning clean output changes nothing (the daemon may clean twice);
 - *bounded*: redaction happens before cutting, so a mask never pushes a value past its bound.
 
-Cuts fall on UTF-8 boundaries and leave a marker that starts with ``[`` and says how much was cut.
-The marker and the mask ``[redacted]`` cannot begin a credential-shaped value (values never start
-with ``[``), which is what keeps redaction idempotent on cut output.
-
-Shapes are what any text may hold; a :class:`Redactor` adds the exact values a run is known to
-hold (the credentials the daemon passes to the CLI), with their base64, hex, JSON- and
-URL-escaped forms, whatever their shape. The module-level functions are those of the redactor
-that knows no values.
+Shapes (:mod:`translator.shapes`) are what any text may hold; a :class:`Redactor` adds the exact
+values a run is known to hold (the credentials the daemon passes to the CLI), with their base64,
+hex, JSON- and URL-escaped forms, whatever their shape, and applies the bounds
+(:mod:`translator.bounds`). The module-level functions are those of the redactor that knows no
+values.
 """
 
 from __future__ import annotations
@@ -26,188 +23,29 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import quote
 
-MASK: Final = "[redacted]"
-
-# --- keys ----------------------------------------------------------------------------------------
-
-# Matched against the key lowercased with every non-alphanumeric removed, so that
-# ``X-Api-Key``, ``api_key`` and ``apiKey`` read the same.
-_SECRET_KEY_PARTS: Final = (
-    "authorization",
-    "password",
-    "passwd",
-    "passphrase",
-    "secret",
-    "cookie",
-    "credential",
-    "privatekey",
-    "apikey",
-    "accesskey",
-    "signingkey",
-    "sessionkey",
-    "accountkey",
-)
-_SECRET_KEYS_EXACT: Final = frozenset({"auth", "pwd", "jwt", "bearer", "xauth"})
-_NON_ALNUM: Final = re.compile(r"[^a-z0-9]")
-_key_cache: dict[str, bool] = {}
-_KEY_CACHE_MAX: Final = 4096
-
-
-def is_secret_key(key: str) -> bool:
-    """True for credential-shaped keys (``token``, ``client_secret`` …), not ``input_tokens``."""
-    hit = _key_cache.get(key)
-    if hit is not None:
-        return hit
-    norm = _NON_ALNUM.sub("", key.lower())
-    # "token" only as a suffix: usage counters end in "tokens" and are not secrets.
-    hit = (
-        norm in _SECRET_KEYS_EXACT
-        or norm.endswith("token")
-        or any(part in norm for part in _SECRET_KEY_PARTS)
-    )
-    if len(_key_cache) < _KEY_CACHE_MAX:
-        _key_cache[key] = hit
-    return hit
-
-
-# --- values inside strings -----------------------------------------------------------------------
-
-
-# NAME=value / NAME: value / "NAME": "value" (env dumps, .env, YAML, JSON text) with a
-# credential keyword in NAME, also JSON-escaped (``{\"api_key\": \"…\"}`` in a Write's
-# content, a diff, ``cat`` of a JSON string). An "Authorization: Bearer x" header is one secret,
-# scheme included. A quoted value is masked whole; a bare one up to a space or quote; it never
-# starts with "[" (see the module docstring).
-_VALUE_ONLY: Final = (
-    r"""[ \t]*(?:(?:bearer|basic|token)\s+)?+"""
-    r"""(?:\\*"([^"\n\\]*)\\*"|'([^'\n]*)'|\\*["']?([^\s"',;\[\\][^\s"',;]*))"""
-)
-_VALUE: Final = r"""[a-z0-9_.-]*\\*["']?[ \t]*[=:]""" + _VALUE_ONLY
-_KEYWORDS: Final = (
-    "token(?!s)",  # "input_tokens" is a counter, not a secret
-    "secret",
-    "pass(?:w(?:or)?d|phrase)",
-    "api[_-]?key",
-    "private[_-]?key",
-    "acc(?:ess|ount)[_-]?key",  # AccountKey=…: Azure connection strings
-    "credentials?",
-    "cookie",
-)
-# One alternation, run once over the lowercased text. Every branch starts with a literal, so
-# that the regex engine skips ahead on a set of first characters; a branch starting with a group
-# or an assertion would make it try every position (checks that need one are done in
-# ``_spans``). The masked part is the branch's group when it has one, else the whole match.
-# Branches with the same first letters share one (each branch costs a test wherever the text
-# has its first letter).
-_SECRET_SOURCE: Final = "|".join(
-    (
-        *(keyword + _VALUE for keyword in _KEYWORDS),
-        # auth_key / authorization as names, and a JSON "auth" key (docker's config.json),
-        # not "author".
-        r"auth(?:(?:[_-]?key|orization)" + _VALUE + r"""|\\*["'][ \t]*:""" + _VALUE_ONLY + ")",
-        r"bearer\s+([a-z0-9._~+/-]{8,}=*)",
-        # A URL's userinfo (postgres://u:p@h/db, https://x:token@github.com): all of it, since
-        # a token may stand where the user name does. Up to the last "@" before the host.
-        r"://([^\s/?#\[]+)@",
-        # A PEM or PGP private key: the whole block (to the end of the text when it was cut off).
-        r"-----begin[a-z ]{0,40} private key(?: block)?-----"
-        r"(?:.*?-----end[a-z ]{0,40} private key(?: block)?-----|.*)",
-        r"sk-ant-[a-z0-9_-]{8,}",
-        r"sk-[a-z0-9_-]{20,}",  # not after a letter or digit (checked in _spans)
-        r"gh[pousr]_[a-z0-9]{16,}",
-        r"github_pat_[a-z0-9_]{16,}",
-        r"xox[abprs]-[a-z0-9-]{10,}",
-        # AWS key ids, upper case in the text, and Google API keys, "AIza" in the text (both
-        # checked in _spans).
-        r"a(?:[ks]ia[a-z0-9]{16}|iza[a-z0-9_-]{35})",
-        r"eyj[a-z0-9_-]{8,}\.[a-z0-9_-]{8,}\.[a-z0-9_-]*",
-    )
-)
-_SECRET: Final = re.compile(_SECRET_SOURCE, re.DOTALL)
-# For the rare text whose lowercasing changes its length (so spans would not fit the text).
-_SECRET_ANYCASE: Final = re.compile(_SECRET_SOURCE, re.DOTALL | re.IGNORECASE)
-
-
-_LITERALS: Final = re.compile(
-    "token|secret|pass|key|auth|credential|cookie|bearer|-----begin|sk-|gh|github_pat_|xox"
-    "|akia|asia|eyj|aiza"
-    r"|://[^\s/?#\[]+@"  # a URL with userinfo, not every URL
+from codelegate.translator.bounds import bound_chars, bound_text
+from codelegate.translator.shapes import (
+    KEY_CACHE_MAX,
+    MASK,
+    is_secret_key,
+    mask_shapes,
+    may_hold_a_secret,
+    redact_text,
 )
 
-
-def _may_hold_a_secret(low: str) -> bool:
-    # Every pattern above needs one of these literals, and most texts hold none. A chain of
-    # ``in`` is the cheapest test (measured in instructions, on texts of every length a frame
-    # holds: about 20 % fewer than one regex pass); on texts far past any bound, that a chain
-    # would read from memory 20 times, one regex pass is.
-    # ("key" covers every *key name, "auth" authorization, "sk-" sk-ant-; a URL has userinfo
-    # only with an "@".)
-    if len(low) > 1 << 16:
-        return _LITERALS.search(low) is not None
-    return (
-        "token" in low
-        or "secret" in low
-        or "pass" in low
-        or "key" in low
-        or "auth" in low
-        or "credential" in low
-        or "cookie" in low
-        or "bearer" in low
-        or "-----begin" in low
-        or "sk-" in low
-        or "gh" in low
-        or "github_pat_" in low
-        or "xox" in low
-        or "akia" in low
-        or "asia" in low
-        or "eyj" in low
-        or "aiza" in low
-        or ("://" in low and "@" in low)
-    )
+# How far past a bound a text is redacted before it is cut, and how much of that is dropped.
+_MARGIN: Final = 512
+_UNSURE: Final = 256
+_LINE_CUT: Final = "\n[\0]"
+_UNSURE_BEFORE_CUT: Final = re.compile(rf"[^\n]{{0,{_UNSURE}}}\n\[\0\]")
 
 
-def _spans(text: str, low: str) -> list[tuple[int, int]]:
-    same = len(low) == len(text)
-    matches = _SECRET.finditer(low) if same else _SECRET_ANYCASE.finditer(text)
-    spans: list[tuple[int, int]] = []
-    for match in matches:
-        group = match.lastindex
-        if group is not None:  # a NAME=value or Bearer value
-            start, end = match.span(group)
-            if start == end:
-                continue
-        else:  # a token shape, masked whole
-            start, end = match.span()
-            head = low[start : start + 4]
-            if head in ("akia", "asia") and not text[start:end].isupper():
-                continue
-            if head == "aiza" and not text.startswith("AIza", start):
-                continue
-            # A generic sk- key must stand alone; sk-ant- keys are distinctive enough anywhere.
-            glued = start and text[start - 1].isalnum() and not low.startswith("sk-ant-", start)
-            if head[:3] == "sk-" and glued:
-                continue
-        spans.append((start, end))
-    return spans
-
-
-def redact_text(text: str) -> str:
-    """``text`` with credential-shaped values (tokens, keys, ``NAME=value`` secrets) masked."""
-    low = text.lower()
-    if not _may_hold_a_secret(low):
-        return text
-    spans = _spans(text, low)
-    if not spans:
-        return text
-    # One regex pass: the spans come sorted and never overlap.
-    out: list[str] = []
-    pos = 0
-    for start, end in spans:
-        out.append(text[pos:start])
-        out.append(MASK)
-        pos = end
-    out.append(text[pos:])
-    return "".join(out)
+def _settle_cut(clean: str, redact: Callable[[str], str]) -> Callable[[str], str] | None:
+    """What a cut of ``clean``, a text the screen passed, must be redacted with again: nothing
+    when it is ASCII. The screen looks for lowercased literals and forms, and an ASCII text
+    lowercases character by character, so every part of it passes too. (Elsewhere one character
+    can lowercase differently at a cut: a final sigma.)"""
+    return None if clean.isascii() else redact
 
 
 # --- known values --------------------------------------------------------------------------------
@@ -256,7 +94,7 @@ class Redactor:
     calls every other method goes through.
     """
 
-    __slots__ = ("_keys", "_known", "_lens", "_lows", "screen", "text")
+    __slots__ = ("_keys", "_known", "_lens", "_lows", "_masked", "screen", "text")
 
     def __init__(self, known: Iterable[str] = ()) -> None:
         forms = known_forms(known)
@@ -270,17 +108,23 @@ class Redactor:
         self._known = re.compile("|".join(map(re.escape, ordered))) if forms else None
         # Plain functions in instance slots: no method binding on the hot path.
         self.text: Callable[[str], str] = self._text_known if forms else redact_text
-        self.screen: Callable[[str], bool] = self._screen_known if forms else _may_hold_a_secret
+        self.screen: Callable[[str], bool] = self._screen_known if forms else may_hold_a_secret
+        # ``text`` of a text the screen passed, given its lowercase (not lowered nor screened
+        # again).
+        self._masked: Callable[[str, str], str] = self._masked_known if forms else mask_shapes
 
     def _screen_known(self, low: str) -> bool:
         """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
         # A loop, not any(): this runs on every text, and a generator costs more than the test.
-        if _may_hold_a_secret(low):
+        if may_hold_a_secret(low):
             return True
         for form in self._lows[: bisect_right(self._lens, len(low))]:  # noqa: SIM110
             if form in low:
                 return True
         return False
+
+    def _masked_known(self, text: str, low: str) -> str:
+        return self._text_known(text)
 
     def _text_known(self, text: str) -> str:
         low = text.lower()
@@ -320,20 +164,29 @@ class Redactor:
 
     def clean_text(self, text: str, limit: int) -> str:
         """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
-        # The common case first, in as few calls as possible: short, and nothing to mask.
-        if len(text) * 4 <= limit and not self.screen(text.lower()):
-            return text
+        screen = self.screen
         redact = self.text
         precut = limit + _MARGIN
         if len(text) <= precut:
-            return bound_text(redact(text), limit, settle=redact)
+            low = text.lower()
+            if screen(low):
+                return bound_text(self._masked(text, low), limit, settle=redact)
+            # The common case, in as few calls as possible: nothing to mask.
+            return bound_text(text, limit, settle=_settle_cut(text, redact))
         # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
         # character is at least a byte). A secret cut off at the end of the head might be too
         # short to be recognised: the head's last characters are dropped after redaction.
-        red = redact(text[:precut])[:-_UNSURE]
+        head = text[:precut]
+        low = head.lower()
+        if screen(low):
+            red = self._masked(head, low)[:-_UNSURE]
+            settle: Callable[[str], str] | None = redact
+        else:
+            red = head[:-_UNSURE]
+            settle = _settle_cut(red, redact)
         raw_len = len(text.encode("utf-8", "surrogatepass"))
         dropped = raw_len - len(red.encode("utf-8", "surrogatepass"))
-        return bound_text(red, limit, dropped=dropped, settle=redact)
+        return bound_text(red, limit, dropped=dropped, settle=settle)
 
     def clean_chars(self, text: str, limit: int) -> str:
         """Redacted, then bounded to ``limit`` characters (assistant text, card titles)."""
@@ -405,7 +258,7 @@ class Redactor:
     def _learn_key(self, key: str) -> tuple[str, bool]:
         # Keys repeat (every Bash call has "command"): each distinct key is judged once.
         known = (self.text(key), is_secret_key(key))
-        if len(self._keys) < _KEY_CACHE_MAX:
+        if len(self._keys) < KEY_CACHE_MAX:
             self._keys[key] = known
         return known
 
@@ -448,83 +301,6 @@ class Redactor:
                 out_list.append(f"[...{len(value) - len(kept)} items cut]")
             return out_list
         return value
-
-
-# --- bounds --------------------------------------------------------------------------------------
-
-
-# How far past a bound a text is redacted before it is cut, and how much of that is dropped.
-_MARGIN: Final = 512
-_UNSURE: Final = 256
-_LINE_CUT: Final = "\n[\0]"
-_UNSURE_BEFORE_CUT: Final = re.compile(rf"[^\n]{{0,{_UNSURE}}}\n\[\0\]")
-
-
-def cut_marker(cut_bytes: int) -> str:
-    """The marker left where ``cut_bytes`` bytes were cut."""
-    return f"[...{cut_bytes} bytes cut]"
-
-
-def bound_text(
-    text: str, limit: int, *, dropped: int = 0, settle: Callable[[str], str] | None = None
-) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes, marker included, on a character boundary.
-
-    ``dropped`` counts bytes already removed before this call, so that the marker stays true.
-    ``settle`` (redaction) is applied again to what a cut keeps: see :func:`_settle`.
-    """
-    # Fast path: a str of n characters never encodes to more than 4n bytes.
-    if not dropped and len(text) * 4 <= limit:
-        return text
-    raw = text.encode("utf-8", "surrogatepass")
-    if not dropped and len(raw) <= limit:
-        return text
-    total = len(raw) + dropped
-    room = max(limit - len(cut_marker(total)), 0)
-    kept = _byte_prefix(raw, room)
-    if settle is not None:
-        kept = _settle(
-            kept, settle, lambda s: _byte_prefix(s.encode("utf-8", "surrogatepass"), room)
-        )
-    marker = cut_marker(total - len(kept.encode("utf-8", "surrogatepass")))
-    return (kept + marker) if len(marker) <= limit else kept
-
-
-def _byte_prefix(raw: bytes, room: int) -> str:
-    # Step back over UTF-8 continuation bytes (10xxxxxx) to land on a character's first byte.
-    while room and room < len(raw) and raw[room] & 0xC0 == 0x80:
-        room -= 1
-    return raw[:room].decode("utf-8", "surrogatepass")
-
-
-def _settle(kept: str, settle: Callable[[str], str], recut: Callable[[str], str]) -> str:
-    # A cut can leave the start of kept text right after a "NAME=" ("password=Bearer [redacted]"
-    # cut to "password=B"): redacting the kept part again makes cleaning idempotent. Masks
-    # only grow, so a few rounds settle it; if not, keep nothing rather than something unsure.
-    for _ in range(4):
-        again = settle(kept)
-        if again == kept:
-            return kept
-        kept = recut(again)
-    return ""
-
-
-def bound_chars(
-    text: str, limit: int, *, dropped: int = 0, settle: Callable[[str], str] | None = None
-) -> str:
-    """``text`` cut to at most ``limit`` characters, marker included (O Chat cuts at 240)."""
-    if not dropped and len(text) <= limit:
-        return text
-    total = len(text) + dropped
-    room = min(max(limit - len(f"[...{total} chars cut]"), 0), len(text))
-    marker = f"[...{total} chars cut]"
-    if len(marker) > limit:
-        room = limit  # no room for a marker: just the start
-    kept = text[:room]
-    if settle is not None:
-        kept = _settle(kept, settle, lambda s: s[:room])
-    marker = f"[...{total - len(kept)} chars cut]"
-    return kept + marker if len(kept) + len(marker) <= limit else kept
 
 
 # The redactor that knows no values, and its methods as the module's functions.

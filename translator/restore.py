@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-from codelegate.translator.cards import NAME_PREFIX, TOOL_PREFIX, Card, StreamedText
 from codelegate.translator.frames import (
     Diagnostic,
     Frame,
@@ -17,67 +15,65 @@ from codelegate.translator.frames import (
     ToolCall,
     ToolResult,
 )
+from codelegate.translator.state import NAME_PREFIX, TOOL_PREFIX, Card, RunState, StreamedText
 from codelegate.translator.summary import changed_path
 
-if TYPE_CHECKING:
-    from codelegate.translator.core import Translator
 
-
-def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
-    """Replay stored frames into a fresh translator: seq, open cards, counters, revision."""
-    t._started = True
+def restore_into(s: RunState, frames: Iterable[Frame]) -> None:
+    """Replay stored frames into a fresh run state: seq, open cards, counters, revision."""
+    s.started = True
     sequences: dict[str, int] = {}
     streaming: dict[str, ProviderMessage] = {}  # messages whose last frame is still partial
     for frame in frames:
-        t.seq = max(t.seq, frame.seq)
-        t.review.observe(frame)
+        s.seq = max(s.seq, frame.seq)
+        s.review.observe(frame)
         if frame.child_session_id:
-            t.session_id = frame.child_session_id
+            s.session_id = frame.child_session_id
         if isinstance(frame, ToolCall):
             use_id = frame.tool_id.removeprefix(TOOL_PREFIX)
             tool = frame.name.removeprefix(NAME_PREFIX)
-            changed = changed_path(tool, frame.args, t.ctx.cwd)
-            card = t._cards.get(use_id)
+            changed = changed_path(tool, frame.args, s.ctx.cwd)
+            card = s.cards.get(use_id)
             if card is not None:  # a card opened at its block's start, then filled
                 card.args, card.changed = frame.args, changed
                 continue
             card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, changed)
-            t._seen.add(use_id)
-            t._cards[use_id] = card
-            t.tools_started += 1
+            s.seen.add(use_id)
+            s.cards[use_id] = card
+            s.tools_started += 1
         elif isinstance(frame, ToolResult):
             use_id = frame.tool_id.removeprefix(TOOL_PREFIX)
-            closed = t._cards.pop(use_id, None)
+            closed = s.cards.pop(use_id, None)
             if frame.status == "completed":
-                t.tools_completed += 1
+                s.tools_completed += 1
                 if closed is not None and closed.changed is not None:
-                    t._files[closed.changed] = None
+                    s.files[closed.changed] = None
             else:
-                t.tools_failed += 1
+                s.tools_failed += 1
             if frame.error_type == "permission_denied":
-                t._denials[frame.tool_id] = PermissionDenial(
+                s.denials[frame.tool_id] = PermissionDenial(
                     tool_id=frame.tool_id,
                     name=frame.name.removeprefix(NAME_PREFIX),
                     input=closed.args if closed else None,
                 )
         elif isinstance(frame, ProviderActivity):
             sequences[frame.activityId.removeprefix(TOOL_PREFIX)] = frame.sequence
-            t._sequence = max(t._sequence, frame.sequence)
+            s.sequence = max(s.sequence, frame.sequence)
         elif isinstance(frame, ProviderMessage):
-            t._message_ids[frame.messageId] = None
+            s.message_ids[frame.messageId] = None
             if frame.partial:
                 streaming[frame.messageId] = frame
             else:
                 streaming.pop(frame.messageId, None)
         elif isinstance(frame, ProviderInvocation):
-            t._revision = max(t._revision, frame.stateRevision)
+            s.revision = max(s.revision, frame.stateRevision)
         elif isinstance(frame, Diagnostic):
-            t._diag[frame.code] = t._diag_sent[frame.code] = frame.count
+            s.diag[frame.code] = s.diag_sent[frame.code] = frame.count
         elif isinstance(frame, RunResult):
-            t.result = frame.result
-            t._closed = True
+            s.result = frame.result
+            s.closed = True
     # A card's rows keep their number (sent before its tool_call, or after it by older daemons).
-    for use_id, card in t._cards.items():
+    for use_id, card in s.cards.items():
         card.sequence = sequences.get(use_id, 0)
     # A message cut off mid-stream ends, at close, with the text it had reached.
     for message in streaming.values():
@@ -86,4 +82,4 @@ def restore_into(t: Translator, frames: Iterable[Frame]) -> None:
         )
         streamed = StreamedText(message.messageId, parent, -1)
         streamed.chunks.append(message.text)
-        t._streaming[parent] = streamed
+        s.streaming[parent] = streamed

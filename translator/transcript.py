@@ -8,7 +8,7 @@ from typing import Final
 import msgspec
 
 from codelegate.translator.core import Translator
-from codelegate.translator.outcome import Limits, Outcome, RunContext
+from codelegate.translator.inputs import Limits, Outcome, RunContext
 from codelegate.translator.redact import Redactor
 
 _encoder: Final = msgspec.json.Encoder()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from codelegate.translator.redact import bound_chars, clean_chars
+from codelegate.translator.bounds import bound_chars
+from codelegate.translator.redact import clean_chars
 
 
 def utf16_units(text: str) -> int:

@@ -28,7 +28,6 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from codelegate.translator.cards import NAME_PREFIX
 from codelegate.translator.frames import (
     Diagnostic,
     FinalResult,
@@ -39,6 +38,7 @@ from codelegate.translator.frames import (
     ToolProgress,
     ToolResult,
 )
+from codelegate.translator.state import NAME_PREFIX
 
 _SPINNER: Final = Spinner("dots")
 _NOTE_CHARS: Final = 100

@@ -54,7 +54,7 @@ async def test_a_request_left_waiting_by_a_dead_daemon_ends_interrupted(
         approvals=ApprovalsConfig(enabled=True),
     )
     frames = translator.start(1.0) + translator.receive_data(_asking(cwd), 2.0)
-    (asked,) = translator.take_asked()
+    (asked,) = translator.approvals.take_asked()
     assert [f for f in frames if isinstance(f, ApprovalNeeded)]
     store = await RunStore.open(config.store.path)
     await store.create_run(

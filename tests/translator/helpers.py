@@ -34,6 +34,11 @@ def line(**fields: Any) -> bytes:
     return json.dumps(fields).encode() + b"\n"
 
 
+def system(subtype: str, **fields: Any) -> bytes:
+    """One ``system`` line of ``subtype``."""
+    return line(type="system", subtype=subtype, **fields)
+
+
 def run(
     chunks: Iterable[bytes],
     ctx: RunContext | None = None,

@@ -323,8 +323,8 @@ def test_no_sequence_of_prompts_and_answers_widens_permissions(
     refusals: list[int] = []
 
     def take() -> None:
-        lines.extend(translator.take_control())
-        for asked in translator.take_asked():
+        lines.extend(translator.approvals.take_control())
+        for asked in translator.approvals.take_asked():
             order.append(asked.request_id)
             cli_ids[asked.request_id] = asked.cli_request_id
             classified[asked.cli_request_id] = (
@@ -352,10 +352,10 @@ def test_no_sequence_of_prompts_and_answers_widens_permissions(
             )
             continue
         if action == "cancel":
-            frames += translator.resolve_all("cancel", now)
+            frames += translator.approvals.resolve_all("cancel", now)
             continue
         try:
-            out = translator.resolve(
+            out = translator.approvals.resolve(
                 rid,
                 decision="allow" if action == "allow" else "deny",
                 by="client" if action in ("allow", "deny") else "timeout",

@@ -84,7 +84,7 @@ def test_with_approvals_off_a_prompt_is_denied_at_once_and_makes_no_frame() -> N
     translator = started(approvals=None)
     frames = asked(translator, "Write", "t1", input=write_input())
     assert frames == []
-    (deny,) = translator.take_control()
+    (deny,) = translator.approvals.take_control()
     assert json.loads(deny)["response"] == {
         "subtype": "success",
         "request_id": "req-1",
@@ -94,8 +94,8 @@ def test_with_approvals_off_a_prompt_is_denied_at_once_and_makes_no_frame() -> N
         },
     }
     assert "approvals are off" in json.loads(deny)["response"]["response"]["message"]
-    assert translator.take_asked() == []
-    assert translator.pending == {}
+    assert translator.approvals.take_asked() == []
+    assert translator.approvals.pending == {}
     # The host's deny has no system/permission_denied line: its tool_result closes the card.
     closing = as_data(translator.receive_data(tool_result("t1", "denied", is_error=True), 1003.0))
     (result,) = [f for f in closing if f["type"] == "tool_result"]
@@ -107,7 +107,7 @@ def test_with_approvals_off_a_prompt_is_denied_at_once_and_makes_no_frame() -> N
 def test_an_approvals_config_that_is_not_enabled_is_off() -> None:
     translator = started(approvals=ApprovalsConfig(enabled=False))
     assert asked(translator, "Write", "t1", input=write_input()) == []
-    assert len(translator.take_control()) == 1
+    assert len(translator.approvals.take_control()) == 1
 
 
 # --- asked, then answered -------------------------------------------------------------------------
@@ -137,20 +137,22 @@ def test_a_file_change_in_the_work_room_is_asked_in_o_chats_shape() -> None:
     assert (card["scopeClassification"], card["scope"]) == ("workroom", "This Work Room only")
     assert card["allowOnce"] is card["allowSession"] is True
     assert card["files"] == ["n.txt"]
-    assert translator.take_control() == []
-    (pending,) = translator.take_asked()
-    assert translator.take_asked() == []
+    assert translator.approvals.take_control() == []
+    (pending,) = translator.approvals.take_asked()
+    assert translator.approvals.take_asked() == []
     assert pending.request_id == needed["id"]
     assert (pending.kind, pending.tool, pending.tool_id) == ("permission", "Write", "claude:t1")
     assert pending.input == write_input()
-    assert translator.pending == {pending.request_id: pending}
+    assert translator.approvals.pending == {pending.request_id: pending}
 
 
 def test_allow_once_sends_the_input_exactly_as_asked_and_the_card_runs() -> None:
     translator = started()
     frames = asked(translator, "Write", "t1", input=write_input())
     rid = frames[-1]["id"]
-    resolved, sent = answer(translator.resolve(rid, decision="allow", by="client", now=1003.0))
+    resolved, sent = answer(
+        translator.approvals.resolve(rid, decision="allow", by="client", now=1003.0)
+    )
     assert sent == {
         "type": "control_response",
         "response": {
@@ -177,7 +179,7 @@ def test_allow_once_sends_the_input_exactly_as_asked_and_the_card_runs() -> None
         "Working in the selected workspace",
     )
     assert running["stateRevision"] > frames[0]["stateRevision"]
-    assert translator.pending == {}
+    assert translator.approvals.pending == {}
     closing = as_data(translator.receive_data(tool_result("t1", "written"), 1004.0))
     assert [f["status"] for f in closing if f["type"] == "tool_result"] == ["completed"]
 
@@ -186,7 +188,9 @@ def test_allow_for_the_session_adds_only_a_session_rule_for_the_tool() -> None:
     translator = started()
     rid = asked(translator, "Edit", "t1", input={"file_path": "a.py", "old_string": "a"})[-1]["id"]
     resolved, sent = answer(
-        translator.resolve(rid, decision="allow", scope="session", by="client", now=1003.0)
+        translator.approvals.resolve(
+            rid, decision="allow", scope="session", by="client", now=1003.0
+        )
     )
     # Edit rules cover every file tool; this one only inside the run's workspace.
     assert sent["response"]["response"]["updatedPermissions"] == [
@@ -216,10 +220,14 @@ def test_session_scope_for_bash_is_refused_and_the_request_stays_pending() -> No
     )
     assert "files" not in needed["providerApproval"]
     with pytest.raises(PolicyError) as caught:
-        translator.resolve(needed["id"], decision="allow", scope="session", by="client", now=1.0)
+        translator.approvals.resolve(
+            needed["id"], decision="allow", scope="session", by="client", now=1.0
+        )
     assert caught.value.code == "approval_scope_not_allowed"
-    assert needed["id"] in translator.pending
-    _, sent = answer(translator.resolve(needed["id"], decision="allow", by="client", now=1003.0))
+    assert needed["id"] in translator.approvals.pending
+    _, sent = answer(
+        translator.approvals.resolve(needed["id"], decision="allow", by="client", now=1003.0)
+    )
     assert "updatedPermissions" not in sent["response"]["response"]
 
 
@@ -228,7 +236,9 @@ def test_a_deny_reaches_the_model_and_closes_the_card_permission_denied() -> Non
     rid = asked(translator, "Write", "t1", input=write_input())[-1]["id"]
     feedback = f"Use the other file ({secrets.token_hex(4)})"
     resolved, sent = answer(
-        translator.resolve(rid, decision="deny", by="client", message=feedback, now=1003.0)
+        translator.approvals.resolve(
+            rid, decision="deny", by="client", message=feedback, now=1003.0
+        )
     )
     assert sent["response"]["response"] == {"behavior": "deny", "message": feedback}
     assert [(f["type"], f.get("decision")) for f in resolved] == [
@@ -247,14 +257,18 @@ def test_a_deny_reaches_the_model_and_closes_the_card_permission_denied() -> Non
 def test_a_deny_without_a_message_still_sends_one() -> None:
     translator = started()
     rid = asked(translator, "Write", "t1", input=write_input())[-1]["id"]
-    _, sent = answer(translator.resolve(rid, decision="deny", by="client", message=" ", now=1.0))
+    _, sent = answer(
+        translator.approvals.resolve(rid, decision="deny", by="client", message=" ", now=1.0)
+    )
     assert sent["response"]["response"] == {"behavior": "deny", "message": "The user denied this"}
 
 
 def test_a_timeout_denies_with_a_message_the_model_can_act_on() -> None:
     translator = started()
     rid = asked(translator, "Write", "t1", input=write_input())[-1]["id"]
-    resolved, sent = answer(translator.resolve(rid, decision="deny", by="timeout", now=1062.0))
+    resolved, sent = answer(
+        translator.approvals.resolve(rid, decision="deny", by="timeout", now=1062.0)
+    )
     message = sent["response"]["response"]["message"]
     assert message.startswith("No one answered within 60 s, so this was not run.")
     assert resolved[0]["by"] == "timeout"
@@ -264,18 +278,18 @@ def test_a_timeout_denies_with_a_message_the_model_can_act_on() -> None:
 def test_the_first_answer_wins_and_an_unknown_request_is_none() -> None:
     translator = started()
     rid = asked(translator, "Write", "t1", input=write_input())[-1]["id"]
-    assert translator.resolve(rid, decision="allow", by="client", now=1.0) is not None
-    assert translator.resolve(rid, decision="deny", by="client", now=2.0) is None
-    assert translator.resolve(rid, decision="deny", by="timeout", now=3.0) is None
-    assert translator.resolve("run-1:999", decision="deny", by="client", now=1.0) is None
+    assert translator.approvals.resolve(rid, decision="allow", by="client", now=1.0) is not None
+    assert translator.approvals.resolve(rid, decision="deny", by="client", now=2.0) is None
+    assert translator.approvals.resolve(rid, decision="deny", by="timeout", now=3.0) is None
+    assert translator.approvals.resolve("run-1:999", decision="deny", by="client", now=1.0) is None
 
 
 def test_only_a_client_can_allow() -> None:
     translator = started()
     rid = asked(translator, "Write", "t1", input=write_input())[-1]["id"]
     with pytest.raises(ValueError, match="only a client"):
-        translator.resolve(rid, decision="allow", by="timeout", now=1.0)
-    assert rid in translator.pending
+        translator.approvals.resolve(rid, decision="allow", by="timeout", now=1.0)
+    assert rid in translator.approvals.pending
 
 
 # --- denied by policy at once ---------------------------------------------------------------------
@@ -292,10 +306,10 @@ def test_a_tool_outside_ask_is_denied_at_once_with_one_approval_resolved_by_poli
     )
     assert resolved["request_id"] == resolved["id"]
     assert resolved["tool"] == "Bash"
-    (deny,) = translator.take_control()
+    (deny,) = translator.approvals.take_control()
     assert "does not let anyone approve" in json.loads(deny)["response"]["response"]["message"]
-    assert translator.take_asked() == []
-    assert translator.pending == {}
+    assert translator.approvals.take_asked() == []
+    assert translator.approvals.pending == {}
 
 
 def test_past_max_pending_a_prompt_is_denied_at_once() -> None:
@@ -307,7 +321,7 @@ def test_past_max_pending_a_prompt_is_denied_at_once() -> None:
     data, _ = can_use_tool("Write", "t2", "req-2", input=write_input("m.txt"), agent_id="a2")
     (resolved,) = as_data(translator.receive_data(data, 1.0))
     assert resolved["by"] == "policy"
-    assert len(translator.pending) == 1
+    assert len(translator.approvals.pending) == 1
 
 
 def test_outside_the_work_room_it_is_asked_with_the_allow_buttons_off() -> None:
@@ -346,8 +360,8 @@ def test_a_request_the_cli_withdraws_is_resolved_interrupted_and_nothing_is_writ
         ("approval_resolved", "interrupted"),
         ("provider_invocation", None),
     ]
-    assert translator.take_control() == []
-    assert translator.resolve(rid, decision="allow", by="client", now=1.0) is None
+    assert translator.approvals.take_control() == []
+    assert translator.approvals.resolve(rid, decision="allow", by="client", now=1.0) is None
     # A cancel for a request no longer pending, or never seen, changes nothing.
     assert translator.receive_data(cancel() + cancel("other"), 1004.0) == []
 
@@ -357,16 +371,16 @@ def test_resolve_all_on_cancel_ends_every_pending_request_without_a_line() -> No
     asked(translator, "Write", "t1", input=write_input())
     translator.receive_data(assistant(tool_use("t2", "Edit", file_path="b")), 1.0)
     translator.receive_data(can_use_tool("Edit", "t2", "req-2", input={"file_path": "b"})[0], 1.0)
-    frames = as_data(translator.resolve_all("cancel", 1005.0))
+    frames = as_data(translator.approvals.resolve_all("cancel", 1005.0))
     assert [(f["type"], f["by"]) for f in frames] == [
         ("approval_resolved", "cancel"),
         ("approval_resolved", "cancel"),
     ]
     asked(translator, "Write", "t3", input=write_input("c.txt"), request_id="req-3")
-    frames = as_data(translator.resolve_all("interrupted", 1006.0))
+    frames = as_data(translator.approvals.resolve_all("interrupted", 1006.0))
     assert [f["type"] for f in frames] == ["approval_resolved"]  # the daemon is going down
-    assert translator.pending == {}
-    assert translator.resolve_all("cancel", 1007.0) == []
+    assert translator.approvals.pending == {}
+    assert translator.approvals.resolve_all("cancel", 1007.0) == []
 
 
 def test_close_resolves_what_is_left_interrupted_before_the_result() -> None:
@@ -379,8 +393,8 @@ def test_close_resolves_what_is_left_interrupted_before_the_result() -> None:
     # Not "running" again on the way out: the Work Room goes from waiting to its end.
     statuses = [f["status"] for f in frames if f["type"] == "provider_invocation"]
     assert statuses == ["failed"]
-    assert translator.resolve_all("interrupted", 1006.0) == []
-    assert translator.resolve("run-1:5", decision="deny", by="client", now=1.0) is None
+    assert translator.approvals.resolve_all("interrupted", 1006.0) == []
+    assert translator.approvals.resolve("run-1:5", decision="deny", by="client", now=1.0) is None
 
 
 def test_a_restored_translator_knows_its_pending_requests_and_can_only_interrupt_them() -> None:
@@ -393,15 +407,15 @@ def test_a_restored_translator_knows_its_pending_requests_and_can_only_interrupt
     stored += translator.receive_data(
         can_use_tool("Edit", "t2", "req-2", input={"file_path": "b"})[0], 1.0
     )
-    first, second = translator.take_asked()
-    out = translator.resolve(second.request_id, decision="allow", by="client", now=2.0)
+    first, second = translator.approvals.take_asked()
+    out = translator.approvals.resolve(second.request_id, decision="allow", by="client", now=2.0)
     assert out is not None
     stored += out[0]
     # What the store gives back after a restart: the frames, approval frames among them.
     restored = Translator.restore(
         context(), [decode_frame(encode_frame(f)) for f in stored], approvals=ON
     )
-    (pending,) = restored.pending.values()
+    (pending,) = restored.approvals.pending.values()
     assert (pending.request_id, pending.kind, pending.tool_id) == (
         first.request_id,
         "permission",
@@ -409,8 +423,12 @@ def test_a_restored_translator_knows_its_pending_requests_and_can_only_interrupt
     )
     assert pending.cli_request_id == ""
     # The CLI that asked is gone: nothing can be written to it, only the end is left.
-    assert restored.resolve(first.request_id, decision="allow", by="client", now=3.0) is None
-    assert restored.resolve(first.request_id, decision="deny", by="timeout", now=3.0) is None
+    assert (
+        restored.approvals.resolve(first.request_id, decision="allow", by="client", now=3.0) is None
+    )
+    assert (
+        restored.approvals.resolve(first.request_id, decision="deny", by="timeout", now=3.0) is None
+    )
     closing = as_data(restored.close(Outcome(reason="interrupted"), 4.0))
     ends = [f for f in closing if f["type"] == "approval_resolved"]
     assert [(f["request_id"], f["by"]) for f in ends] == [(first.request_id, "interrupted")]
@@ -422,18 +440,18 @@ def test_a_restored_question_is_pending_too() -> None:
     stored = translator.start(1000.0)
     stored += translator.receive_data(can_use_tool("AskUserQuestion", "t1", input=ASK)[0], 1.0)
     restored = Translator.restore(context(), stored, approvals=ON)
-    (pending,) = restored.pending.values()
+    (pending,) = restored.approvals.pending.values()
     assert (pending.kind, pending.tool) == ("question", "AskUserQuestion")
 
 
 def test_a_restore_skips_requests_that_were_resolved() -> None:
     translator = started()
     rid = asked(translator, "Write", "t1", input=write_input())[-1]["id"]
-    out = translator.resolve(rid, decision="deny", by="client", now=2.0)
+    out = translator.approvals.resolve(rid, decision="deny", by="client", now=2.0)
     assert out is not None
     frames = [*translator.close(EXITED, 3.0)]
     restored = Translator.restore(context(), frames, approvals=ON)
-    assert restored.pending == {}
+    assert restored.approvals.pending == {}
 
 
 # --- questions ------------------------------------------------------------------------------------
@@ -453,7 +471,7 @@ def test_ask_user_question_becomes_an_ask_user_frame_in_connectonions_shape() ->
     assert frame["questions"] == ASK["questions"]
     assert frame["tool_id"] == "claude:t1"
     assert frame["expires_at"] == 1062.0
-    (pending,) = translator.take_asked()
+    (pending,) = translator.approvals.take_asked()
     assert pending.kind == "question"
 
 
@@ -461,7 +479,7 @@ def test_answers_travel_back_in_updated_input_with_notes_in_annotations() -> Non
     translator = started()
     rid = asked(translator, "AskUserQuestion", "t1", input=ASK)[-1]["id"]
     resolved, sent = answer(
-        translator.resolve(
+        translator.approvals.resolve(
             rid,
             decision="allow",
             by="client",
@@ -484,7 +502,7 @@ def test_answers_travel_back_in_updated_input_with_notes_in_annotations() -> Non
 def test_a_question_allowed_without_answers_sends_empty_answers() -> None:
     translator = started()
     rid = asked(translator, "AskUserQuestion", "t1", input=ASK)[-1]["id"]
-    _, sent = answer(translator.resolve(rid, decision="allow", by="client", now=1.0))
+    _, sent = answer(translator.approvals.resolve(rid, decision="allow", by="client", now=1.0))
     assert sent["response"]["response"]["updatedInput"] == {**ASK, "answers": {}}
 
 
@@ -493,7 +511,7 @@ def test_a_question_that_cannot_be_read_is_denied_at_once(bad: dict[str, Any]) -
     translator = started()
     (resolved,) = asked(translator, "AskUserQuestion", "t1", input=bad)
     assert resolved["by"] == "policy"
-    (deny,) = translator.take_control()
+    (deny,) = translator.approvals.take_control()
     assert "could not be read" in json.loads(deny)["response"]["response"]["message"]
 
 
@@ -508,7 +526,7 @@ def test_a_request_without_an_id_is_counted_and_cannot_be_answered() -> None:
     translator = started()
     data = line(type="control_request", request={"subtype": "can_use_tool"})
     assert diagnostics(translator.receive_data(data, 1.0)) == ["malformed_line"]
-    assert translator.take_control() == []
+    assert translator.approvals.take_control() == []
 
 
 @pytest.mark.parametrize(
@@ -525,7 +543,7 @@ def test_a_request_of_an_odd_shape_is_denied_by_its_id(body: Any) -> None:
     translator = started()
     data = line(type="control_request", request_id="r", request=body)
     assert diagnostics(translator.receive_data(data, 1.0)) == ["malformed_line"]
-    (deny,) = translator.take_control()
+    (deny,) = translator.approvals.take_control()
     assert json.loads(deny)["response"]["request_id"] == "r"
     assert json.loads(deny)["response"]["response"]["behavior"] == "deny"
 
@@ -534,7 +552,7 @@ def test_a_request_of_another_kind_is_counted_as_unknown() -> None:
     translator = started()
     data = line(type="control_request", request_id="r", request={"subtype": "hook_callback"})
     assert diagnostics(translator.receive_data(data, 1.0)) == ["unknown_type"]
-    assert translator.take_control() == []
+    assert translator.approvals.take_control() == []
 
 
 def test_the_same_request_twice_is_asked_once() -> None:
@@ -542,7 +560,7 @@ def test_the_same_request_twice_is_asked_once() -> None:
     asked(translator, "Write", "t1", input=write_input())
     data, _ = can_use_tool("Write", "t1", input=write_input())
     assert translator.receive_data(data, 1.0) == []
-    assert len(translator.pending) == 1
+    assert len(translator.approvals.pending) == 1
 
 
 def test_without_a_parent_there_are_no_invocation_frames_and_no_activity_id() -> None:
@@ -550,7 +568,9 @@ def test_without_a_parent_there_are_no_invocation_frames_and_no_activity_id() ->
     (needed,) = asked(translator, "Write", "t1", input=write_input())
     assert "activityId" not in needed
     assert "invocationId" not in needed
-    resolved, _ = answer(translator.resolve(needed["id"], decision="allow", by="client", now=1.0))
+    resolved, _ = answer(
+        translator.approvals.resolve(needed["id"], decision="allow", by="client", now=1.0)
+    )
     assert [f["type"] for f in resolved] == ["approval_resolved"]
 
 
@@ -560,9 +580,13 @@ def test_a_second_request_keeps_the_work_room_waiting_until_the_last_is_answered
     translator.receive_data(assistant(tool_use("t2", "Edit", file_path="b")), 1.0)
     data, _ = can_use_tool("Edit", "t2", "req-2", input={"file_path": "b"}, agent_id="a2")
     second = as_data(translator.receive_data(data, 1.0))[-1]["id"]
-    resolved, _ = answer(translator.resolve(first, decision="allow", by="client", now=2.0))
+    resolved, _ = answer(
+        translator.approvals.resolve(first, decision="allow", by="client", now=2.0)
+    )
     assert [f["type"] for f in resolved] == ["approval_resolved"]
-    resolved, _ = answer(translator.resolve(second, decision="allow", by="client", now=3.0))
+    resolved, _ = answer(
+        translator.approvals.resolve(second, decision="allow", by="client", now=3.0)
+    )
     assert [f["type"] for f in resolved] == ["approval_resolved", "provider_invocation"]
 
 
@@ -577,8 +601,8 @@ def test_a_secret_in_the_input_goes_back_to_the_cli_but_into_no_frame() -> None:
     frames = translator.receive_data(assistant(tool_use("t1", "Bash", **command)), 1.0)
     data, _ = can_use_tool("Bash", "t1", input=command, description=secret)
     frames += translator.receive_data(data, 1.0)
-    (pending,) = translator.take_asked()
-    out = translator.resolve(pending.request_id, decision="allow", by="client", now=2.0)
+    (pending,) = translator.approvals.take_asked()
+    out = translator.approvals.resolve(pending.request_id, decision="allow", by="client", now=2.0)
     assert out is not None
     frames += out[0]
     frames += translator.close(EXITED, 3.0)
@@ -595,14 +619,16 @@ def test_arguments_of_a_request_whose_card_never_opened_are_cleaned_and_bounded(
     (_, needed) = as_data(translator.receive_data(data, 1.0))
     assert len(json.dumps(needed["arguments"])) <= 300
     assert needed["tool_id"] == "claude:t1"
-    (pending,) = translator.take_asked()
+    (pending,) = translator.approvals.take_asked()
     assert pending.input == big  # the raw input, to send back as asked
 
 
 def test_a_single_request_cancelled_writes_nothing() -> None:
     translator = started()
     rid = asked(translator, "Write", "t1", input=write_input())[-1]["id"]
-    resolved, sent = answer(translator.resolve(rid, decision="deny", by="cancel", now=1.0))
+    resolved, sent = answer(
+        translator.approvals.resolve(rid, decision="deny", by="cancel", now=1.0)
+    )
     assert sent is None
     # Not back to "running": a cancel ends the run.
     assert [(f["type"], f["by"]) for f in resolved] == [("approval_resolved", "cancel")]

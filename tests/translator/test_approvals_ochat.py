@@ -39,8 +39,8 @@ def test_o_chat_shows_the_work_room_waiting_for_a_decision_then_working_again(sh
     frames += translator.receive_data(
         line(type="control_request", request_id="r", request=request), 1002.0
     )
-    (asked,) = translator.take_asked()
-    out = translator.resolve(asked.request_id, decision="allow", by="client", now=1003.0)
+    (asked,) = translator.approvals.take_asked()
+    out = translator.approvals.resolve(asked.request_id, decision="allow", by="client", now=1003.0)
     assert out is not None
     frames += out[0]
     frames += translator.receive_data(tool_result("t1", "ok") + result_line(), 1004.0)

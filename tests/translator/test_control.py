@@ -135,5 +135,5 @@ def test_control_lines_of_the_cli_are_read_without_a_diagnostic() -> None:
     assert translator.receive_data(answers, 1.0) == []
     assert translator.receive_data(answers[:-1], 1.0) == []  # line by line, not as a block
     assert translator.receive_data(b"\n", 1.0) == []
-    (deny,) = translator.take_control()
+    (deny,) = translator.approvals.take_control()
     assert json.loads(deny)["response"]["response"]["behavior"] == "deny"

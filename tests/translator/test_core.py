@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from codelegate.translator import Limits, Outcome, Translator
+import secrets
+
+from codelegate.translator import Limits, Outcome, Redactor, Translator
 from tests.translator.helpers import (
     CWD,
     as_data,
@@ -13,6 +15,7 @@ from tests.translator.helpers import (
     of_type,
     result_line,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -177,6 +180,16 @@ def test_a_follow_up_run_continues_the_work_room_numbers() -> None:
     assert (translator.revision, translator.activity_sequence) == (8, 5)
 
 
+def test_the_translator_tells_the_daemon_its_redactor_and_the_last_result_line() -> None:
+    redactor = Redactor([secrets.token_hex(16)])
+    translator = Translator(context(), redactor=redactor)
+    assert translator.redactor is redactor
+    assert translator.last_result is None
+    translator.receive_data(init_line() + result_line("first") + result_line("second"), 1000.5)
+    assert translator.last_result is not None
+    assert translator.last_result.result == "second"
+
+
 def test_a_failed_tool_result_carries_the_first_line_as_error() -> None:
     frames = run(
         [
@@ -214,30 +227,27 @@ def test_permission_denied_closes_failed_with_the_reason_and_lists_the_denial() 
     frames = run(
         [
             assistant(tool_use("t1", "Bash", command="touch x", token="s3cr3t")),
-            line(
-                type="system",
-                subtype="permission_denied",
+            system(
+                "permission_denied",
                 tool_name="Bash",
                 tool_use_id="t1",
                 message="needs approval: touch",
             ),
             tool_result("t1", "Permission denied long text", is_error=True),
-            line(
-                type="system",
-                subtype="permission_denied",
+            system(
+                "permission_denied",
                 tool_name="Write",
                 tool_use_id="t9",
                 decision_reason="denied",
             ),
             # The same denial said twice is listed once.
-            line(
-                type="system",
-                subtype="permission_denied",
+            system(
+                "permission_denied",
                 tool_name="Write",
                 tool_use_id="t9",
                 decision_reason="denied",
             ),
-            line(type="system", subtype="permission_denied", tool_name="Write"),
+            system("permission_denied", tool_name="Write"),
             result_line(
                 permission_denials=[
                     {"tool_name": "Bash", "tool_use_id": "t1", "tool_input": {}},
@@ -271,7 +281,7 @@ def test_a_denied_card_left_open_closes_as_denied() -> None:
     frames = run(
         [
             assistant(tool_use("t1", "Bash")),
-            line(type="system", subtype="permission_denied", tool_use_id="t1"),
+            system("permission_denied", tool_use_id="t1"),
         ]
     )
     done = of_type(frames, "tool_result")[0]

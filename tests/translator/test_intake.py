@@ -13,6 +13,7 @@ from tests.translator.helpers import (
     of_type,
     result_line,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -53,11 +54,11 @@ def test_bad_input_becomes_diagnostics_with_counts_never_content() -> None:
         b"[1, 2, 3]\n",
         b"\xff\xfe garbage\n",
         b'{"type": "brand_new", "secret": "sk-ant-api03-zzzzzzzzzz"}\n',
-        line(type="system", subtype="brand_new_subtype"),
+        system("brand_new_subtype"),
         line(type="assistant"),
         line(type="keep_alive"),
         b'{"no_type": 1}\n',
-        line(type="system", subtype="status"),
+        system("status"),
     ]
     frames = run(bad * 3, limits=Limits(line_bytes=1 << 20))
     diagnostics = of_type(frames, "diagnostic")
@@ -153,7 +154,7 @@ def test_a_lone_newline_chunk() -> None:
 
 
 def test_a_bad_line_sends_its_chunk_line_by_line_with_the_same_outcome() -> None:
-    lines = [line(type="system", subtype="status"), b"{bad\n", assistant(tool_use("t1", "Read"))]
+    lines = [system("status"), b"{bad\n", assistant(tool_use("t1", "Read"))]
     frames = run([b"".join(lines)])
     assert [f["type"] for f in of_type(frames, "tool_call")] == ["tool_call"]
     assert of_type(frames, "diagnostic")[0]["code"] == "malformed_line"

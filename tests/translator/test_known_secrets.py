@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import string
 from typing import Any
 
@@ -16,15 +17,17 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from codelegate.translator import Outcome, Translator
+from codelegate.translator.bounds import cut_marker
 from codelegate.translator.frames import ProviderActivity, ToolCall, encode_frame
-from codelegate.translator.redact import MASK, PLAIN, Redactor, known_forms
+from codelegate.translator.redact import PLAIN, Redactor, known_forms
+from codelegate.translator.shapes import MASK
 from tests.translator.helpers import (
     EXITED,
     assistant,
     context,
     encode,
-    line,
     result_line,
+    system,
     tool_result,
     tool_use,
 )
@@ -170,7 +173,7 @@ def test_names_paths_and_ids_the_cli_reports_are_redacted(ghp: str, known: str) 
     ant = "sk-ant-api03-" + known
     translator = Translator(context(), redactor=Redactor([known + "-daemon"]))
     lines = [
-        line(type="system", subtype="init", session_id=ant, cwd="/w", tools=[]),
+        system("init", session_id=ant, cwd="/w", tools=[]),
         assistant(
             tool_use("t1", "Write", file_path=f"/srv/workspaces/demo/tokens/{ghp}/notes.txt"),
             tool_use("t2", ant),  # a model-chosen tool name
@@ -178,17 +181,16 @@ def test_names_paths_and_ids_the_cli_reports_are_redacted(ghp: str, known: str) 
             tool_use("t4", "Bash", command="printenv ANTHROPIC_AUTH_TOKEN"),
         ),
         tool_result("t1", extra={"type": "create", "filePath": "x"}),
-        line(
-            type="system",
-            subtype="task_progress",
+        system(
+            "task_progress",
             tool_use_id="t3",
             task_id="k",
             description="working",
             last_tool_name=ant,
             usage={"tool_uses": 1},
         ),
-        line(type="system", subtype="permission_denied", tool_use_id="t2", tool_name=ant),
-        line(type="system", subtype="permission_denied", tool_use_id="t9", tool_name=ghp),
+        system("permission_denied", tool_use_id="t2", tool_name=ant),
+        system("permission_denied", tool_use_id="t9", tool_name=ghp),
         tool_result("t4", f"{known}-daemon\n"),
         result_line(
             session_id=ant,
@@ -282,7 +284,7 @@ def test_tool_ids_the_cli_reports_are_redacted_and_stay_distinct(ids: list[str])
     lines = [
         assistant(tool_use(parent, "Task", description="d", prompt="p")),
         *(assistant(tool_use(i, "Read", file_path="a"), parent=parent) for i in children),
-        line(type="system", subtype="permission_denied", tool_use_id=children[0], tool_name="Read"),
+        system("permission_denied", tool_use_id=children[0], tool_name="Read"),
         *(tool_result(i, "ok", parent=parent) for i in children),
         result_line(
             permission_denials=[{"tool_name": "Read", "tool_use_id": i} for i in ids],
@@ -324,3 +326,18 @@ def test_a_text_past_any_bound_is_still_screened_for_secrets(secret: str) -> Non
     filler = "x" * 70_000  # past the length where the screen takes one regex pass
     assert PLAIN.text(filler + " token=" + secret + " " + filler).count(secret) == 0
     assert PLAIN.text(filler) == filler
+
+
+@given(st.binary(min_size=4, max_size=4).map(bytes.hex), st.integers(0, 3000))
+def test_a_cut_that_ends_a_known_value_is_redacted_again(core: str, tail: int) -> None:
+    # The screen reads lowercased text, and a capital sigma lowercases by what follows it: "σ"
+    # before a letter, "ς" at the end. A text the screen passes can then have a cut that it does
+    # not: here the cut ends right after the known value, whose lowercase ends in "ς".
+    value = f"AB{core}ZΣ"
+    text = value + "x" * (600 + tail)
+    kept = len(value.encode())
+    limit = kept + len(cut_marker(len(text.encode())))
+    for redactor in (Redactor([value]), Redactor([value, secrets.token_hex(16)])):
+        out = redactor.clean_text(text, limit)
+        assert value not in out
+        assert out.endswith("bytes cut]")

@@ -18,6 +18,7 @@ from tests.translator.helpers import (
     line,
     of_type,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -76,9 +77,8 @@ def test_a_subagent_is_not_a_silent_box() -> None:
             (1002.0, assistant({"type": "text", "text": "Reading the parser."}, parent=task)),
             (
                 1004.0,
-                line(
-                    type="system",
-                    subtype="task_progress",
+                system(
+                    "task_progress",
                     task_id="k1",
                     tool_use_id=task,
                     description="Reading src/parser.py",

@@ -19,6 +19,7 @@ from tests.translator.helpers import (
     line,
     result_line,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -75,9 +76,7 @@ def _event(draw: Any) -> bytes:
             patch={"status": "completed"},
         )
     if kind == 6:
-        return line(
-            type="system", subtype="permission_denied", tool_use_id=use_id, tool_name="Bash"
-        )
+        return system("permission_denied", tool_use_id=use_id, tool_name="Bash")
     if kind == 7:
         return draw(st.sampled_from([result_line(), init_line(), init_line("s-2")]))
     if kind == 8:

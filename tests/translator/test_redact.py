@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codelegate.translator.bounds import bound_chars, bound_text
 from codelegate.translator.redact import (
-    MASK,
+    PLAIN,
     Redactor,
-    bound_chars,
-    bound_text,
     clean_chars,
     clean_text,
     clean_value,
-    is_secret_key,
-    redact_text,
     redact_value,
 )
+from codelegate.translator.shapes import MASK, is_secret_key, redact_text
 
 
 @pytest.mark.parametrize(
@@ -209,6 +208,28 @@ def test_cleaning_secretish_text_is_idempotent(parts: list[str], limit: int) -> 
     assert clean_chars(chars, limit) == chars
     value = clean_value({"a": text, "password": text, "l": [text]}, string_bytes=limit)
     assert clean_value(value, string_bytes=limit) == value
+
+
+def _clean_text_by_definition(redactor: Redactor, text: str, limit: int) -> str:
+    # Redact, then cut, then redact what the cut kept (clean_text without its shortcuts).
+    redact = redactor.text
+    if len(text) <= limit + 512:
+        return bound_text(redact(text), limit, settle=redact)
+    red = redact(text[: limit + 512])[:-256]
+    dropped = len(text.encode("utf-8", "surrogatepass")) - len(red.encode("utf-8", "surrogatepass"))
+    return bound_text(red, limit, dropped=dropped, settle=redact)
+
+
+@settings(max_examples=400)
+@given(st.lists(PIECES | st.sampled_from(["Σ", "ς", "σ", "x" * 700]), max_size=60), st.data())
+def test_the_shortcuts_of_clean_text_change_no_answer(
+    parts: list[str], data: st.DataObject
+) -> None:
+    # A text with nothing to mask is cut without a second redaction when that cannot change it.
+    text = "".join(parts)
+    limit = data.draw(st.integers(1, len(text.encode()) + 8))
+    for redactor in (PLAIN, Redactor(["abcdefghijΣ", secrets.token_hex(16)])):
+        assert redactor.clean_text(text, limit) == _clean_text_by_definition(redactor, text, limit)
 
 
 def test_bound_text_cuts_on_a_character_boundary_with_a_marker() -> None:

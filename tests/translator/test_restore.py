@@ -11,6 +11,7 @@ from tests.translator.helpers import (
     context,
     line,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -35,7 +36,7 @@ def test_restore_then_close_interrupted_closes_what_was_open() -> None:
             assistant({"type": "text", "text": "working"}),
             line(type="tool_progress", tool_use_id="b", elapsed_time_seconds=1),
             assistant(tool_use("c", "Bash", command="x")),
-            line(type="system", subtype="permission_denied", tool_use_id="c", tool_name="Bash"),
+            system("permission_denied", tool_use_id="c", tool_name="Bash"),
             tool_result("c", "no", is_error=True),
             assistant(tool_use("d", "Bash", command=5)),
             tool_result("d", "ok"),
@@ -44,7 +45,7 @@ def test_restore_then_close_interrupted_closes_what_was_open() -> None:
         ]
     )
     restored = Translator.restore(context(session_id="s-1"), frames)
-    assert restored.seq == frames[-1].seq
+    assert restored.state.seq == frames[-1].seq
     out = as_data(restored.close(Outcome(reason="interrupted"), 2000.0))
     assert [f["seq"] for f in out] == list(range(frames[-1].seq + 1, frames[-1].seq + 1 + len(out)))
     results = [f for f in out if f["type"] == "tool_result"]

@@ -13,9 +13,9 @@ from tests.translator.helpers import (
     as_data,
     assistant,
     context,
-    line,
     result_line,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -56,9 +56,8 @@ def bash(use_id: str, command: str, content: str = "ok", *, is_error: bool = Fal
 def denied(use_id: str, command: str) -> list[bytes]:
     return [
         assistant(tool_use(use_id, "Bash", command=command)),
-        line(
-            type="system",
-            subtype="permission_denied",
+        system(
+            "permission_denied",
             tool_use_id=use_id,
             tool_name="Bash",
             message="Permission denied. What required approval: touch outside",

@@ -15,6 +15,7 @@ from tests.translator.helpers import (
     of_type,
     result_line,
     run,
+    system,
     tool_result,
     tool_use,
 )
@@ -86,39 +87,33 @@ def test_background_subagent_stays_open_until_its_notification() -> None:
     frames = run(
         [
             assistant(tool_use("task", "Agent", description="bg")),
-            line(
-                type="system",
-                subtype="task_started",
+            system(
+                "task_started",
                 task_id="a1",
                 tool_use_id="task",
                 task_type="local_agent",
             ),
             tool_result("task", "Async agent launched", extra=launched),
-            line(
-                type="system",
-                subtype="task_progress",
+            system(
+                "task_progress",
                 task_id="a1",
                 description="Reading",
                 usage={"total_tokens": 9, "tool_uses": 1, "duration_ms": 50},
                 last_tool_name="Read",
             ),
-            line(type="system", subtype="task_progress", task_id="a1"),
+            system("task_progress", task_id="a1"),
             result_line("first"),
-            line(
-                type="system", subtype="task_updated", task_id="a1", patch={"status": "completed"}
-            ),
-            line(type="system", subtype="task_updated", task_id="a1", patch={"end_time": 5}),
-            line(
-                type="system",
-                subtype="task_notification",
+            system("task_updated", task_id="a1", patch={"status": "completed"}),
+            system("task_updated", task_id="a1", patch={"end_time": 5}),
+            system(
+                "task_notification",
                 task_id="a1",
                 tool_use_id="task",
                 status="completed",
                 summary="all good",
             ),
-            line(
-                type="system",
-                subtype="task_notification",
+            system(
+                "task_notification",
                 task_id="a1",
                 tool_use_id="task",
                 status="completed",
@@ -152,26 +147,20 @@ def test_background_subagent_failures_and_a_missing_notification() -> None:
         )
         return of_type(frames, "tool_result")[0]
 
-    failed = scenario(
-        line(type="system", subtype="task_notification", tool_use_id="task", status="failed")
-    )
+    failed = scenario(system("task_notification", tool_use_id="task", status="failed"))
     assert (failed["status"], failed["error_type"], failed["error"]) == (
         "failed",
         "tool_error",
         "subagent failed",
     )
-    stopped = scenario(
-        line(type="system", subtype="task_notification", tool_use_id="task", status="stopped")
-    )
+    stopped = scenario(system("task_notification", tool_use_id="task", status="stopped"))
     assert stopped["error_type"] == "cancelled"
     ended = scenario(
-        line(type="system", subtype="task_started", task_id="k", tool_use_id="task"),
-        line(type="system", subtype="task_updated", task_id="k", patch={"status": "completed"}),
+        system("task_started", task_id="k", tool_use_id="task"),
+        system("task_updated", task_id="k", patch={"status": "completed"}),
     )
     assert ended["status"] == "completed"
-    unknown = scenario(
-        line(type="system", subtype="task_notification", tool_use_id="task", status="weird")
-    )
+    unknown = scenario(system("task_notification", tool_use_id="task", status="weird"))
     assert (unknown["status"], unknown["error_type"]) == ("failed", "interrupted")
 
 
@@ -179,25 +168,22 @@ def test_bash_tasks_and_foreground_subagents_close_on_their_tool_result_only() -
     frames = run(
         [
             assistant(tool_use("b", "Bash", command="sleep 3")),
-            line(
-                type="system",
-                subtype="task_started",
+            system(
+                "task_started",
                 task_id="k",
                 tool_use_id="b",
                 task_type="local_bash",
             ),
-            line(
-                type="system",
-                subtype="task_notification",
+            system(
+                "task_notification",
                 task_id="k",
                 tool_use_id="b",
                 status="completed",
             ),
-            line(type="system", subtype="task_updated", task_id="k", patch={"status": "completed"}),
+            system("task_updated", task_id="k", patch={"status": "completed"}),
             tool_result("b", "done"),
-            line(
-                type="system",
-                subtype="task_notification",
+            system(
+                "task_notification",
                 task_id="k",
                 tool_use_id="b",
                 status="completed",
@@ -240,12 +226,10 @@ def test_odd_shapes_in_system_lines_are_tolerated() -> None:
         [
             assistant(tool_use("t1", "Agent")),
             tool_result("t1", "launched", extra={"status": "async_launched"}),
-            line(
-                type="system", subtype="task_progress", tool_use_id="t1", usage=[1], description=5
-            ),
-            line(type="system", subtype="task_updated", tool_use_id="t1", patch="done"),
-            line(type="system", subtype="task_updated", tool_use_id="t1", patch=None),
-            line(type="system", subtype="task_notification", tool_use_id=7, status="completed"),
+            system("task_progress", tool_use_id="t1", usage=[1], description=5),
+            system("task_updated", tool_use_id="t1", patch="done"),
+            system("task_updated", tool_use_id="t1", patch=None),
+            system("task_notification", tool_use_id=7, status="completed"),
         ]
     )
     progress = of_type(frames, "tool_progress")

@@ -1,0 +1,348 @@
+"""The run state: every fact the translator keeps of one run, in one place.
+
+:class:`RunState` is a plain owner in the manner of h11: the card rules
+(:mod:`translator.cards`, :mod:`translator.messages`), the final result
+(:mod:`translator.outcome`) and the restore (:mod:`translator.restore`) take it explicitly, and
+:class:`~translator.core.Translator` composes them. It also stamps the frames: sequence numbers,
+times and the envelope every frame carries are facts of the run, so they are set here and nowhere
+else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+import codelegate.translator.wire as wire
+from codelegate.translator.frames import (
+    PROVIDER,
+    ActivityKind,
+    Diagnostic,
+    DiagnosticCode,
+    ErrorType,
+    FinalResult,
+    Frame,
+    PermissionDenial,
+    ProviderMessage,
+    ToolCall,
+    ToolResult,
+    frame_id,
+)
+from codelegate.translator.inputs import NAME_CHARS, Limits, RunContext
+from codelegate.translator.redact import Redactor
+from codelegate.translator.review import Review
+from codelegate.translator.summary import activity_kind
+
+TOOL_PREFIX: Final = "claude:"
+NAME_PREFIX: Final = "Claude Code › "
+# The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
+SAID_CHARS: Final = 1024
+# O Chat drops invocation frames whose ids do not match this (chat-item-mapper.ts).
+_AGENT_IO_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}")
+
+
+class Card:
+    """An open tool call: created by its tool_use, gone once its tool_result frame is out."""
+
+    # A plain slotted class: one is made per tool call, on the hot path.
+    __slots__ = (
+        "args",
+        "background",
+        "changed",
+        "content",
+        "denied",
+        "kind",
+        "name",
+        "parent_tool_id",
+        "partial",
+        "sequence",
+        "started",
+        "task_status",
+        "tool",
+        "tool_id",
+        "updated_at",
+        "use_id",
+    )
+
+    def __init__(
+        self,
+        use_id: str,
+        tool: str,
+        parent_tool_id: str | None,
+        started: float,
+        args: object,
+        changed: str | None,
+        tool_id: str | None = None,
+    ) -> None:
+        self.use_id = use_id
+        self.tool = tool
+        self.tool_id = tool_id or TOOL_PREFIX + use_id
+        self.name = NAME_PREFIX + tool
+        self.parent_tool_id = parent_tool_id
+        self.kind: ActivityKind = activity_kind(tool)
+        self.started = started
+        self.args = args
+        self.changed = changed
+        self.partial = False  # opened at its block's start: the arguments are still coming
+        self.sequence = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
+        self.background = False  # an async subagent: ends on task_notification, not its result
+        self.denied: str | None = None  # the CLI's reason when permission was denied
+        self.content: str | None = None  # a Write's text, for a creation diff
+        self.task_status: str | None = None  # a background task's end, from task_updated
+        self.updated_at = float("-inf")  # when its last progress text went out
+
+
+class StreamedText:
+    """An assistant text block as it streams (``--include-partial-messages``)."""
+
+    __slots__ = ("chunks", "index", "message_id", "parent", "sent", "sent_at", "size")
+
+    def __init__(self, message_id: str, parent: str | None, index: int) -> None:
+        self.message_id = message_id
+        self.parent = parent
+        self.index = index  # the block's index in its message (deltas name it)
+        self.chunks: list[str] = []
+        self.size = 0
+        self.sent = ""
+        self.sent_at = float("-inf")
+
+
+class RunState:
+    """Everything one run's translator knows; see the module docstring."""
+
+    # Slotted: these are read on every line, and a slot is the cheapest attribute there is.
+    __slots__ = (
+        "cards",
+        "cli_session",
+        "closed",
+        "ctx",
+        "denials",
+        "diag",
+        "diag_sent",
+        "files",
+        "held",
+        "held_count",
+        "invocation",
+        "last_result",
+        "limits",
+        "message_ids",
+        "now",
+        "out",
+        "parent",
+        "permission",
+        "redactor",
+        "result",
+        "review",
+        "revision",
+        "run_id",
+        "said_cache",
+        "seen",
+        "seq",
+        "sequence",
+        "session_id",
+        "started",
+        "streaming",
+        "tasks",
+        "tool_ids",
+        "tools_completed",
+        "tools_failed",
+        "tools_started",
+    )
+
+    def __init__(self, ctx: RunContext, limits: Limits, redactor: Redactor) -> None:
+        self.ctx = ctx
+        self.run_id = ctx.run_id
+        self.limits = limits
+        # The run's redactor: it knows the credentials the daemon passed to this run's CLI.
+        self.redactor = redactor
+        self.seq = 0  # the last frame's
+        self.now = ctx.started_at  # the time of the input being translated
+        self.out: list[Frame] = []  # frames made since the last take()
+        self.started = False
+        self.closed = False
+        self.result: FinalResult | None = None
+        # The session frames name, and the one the CLI itself reported (init or result).
+        self.session_id: str | None = ctx.session_id
+        self.cli_session: str | None = None
+        self.last_result: wire.Result | None = None  # several may come: the last one wins
+        self.cards: dict[str, Card] = {}  # open cards by the CLI's tool_use id
+        self.seen: set[str] = set()  # every tool_use id that opened a card
+        self.tool_ids: dict[str, str] = {}  # the CLI's tool_use id -> the frames' tool_id
+        self.said_cache: dict[str, str] = {}
+        self.tasks: dict[str, str] = {}  # task_id -> tool_use_id
+        # Subagent lines waiting for their Task card, by its tool_use id.
+        self.held: dict[str, list[wire.Assistant | wire.User]] = {}
+        self.held_count = 0
+        self.denials: dict[str, PermissionDenial] = {}
+        self.files: dict[str, None] = {}  # files changed, in order
+        self.review = Review(ctx.cwd)
+        self.tools_started = self.tools_completed = self.tools_failed = 0
+        self.revision = ctx.revision_base  # the Work Room's, continued across its runs
+        self.sequence = ctx.sequence_base  # the last Work Room row number used
+        self.message_ids: dict[str, None] = {}
+        # The text block streaming now, per agent (None = the main one), until its full line.
+        self.streaming: dict[str | None, StreamedText] = {}
+        self.diag: dict[DiagnosticCode, int] = {}  # counts so far
+        self.diag_sent: dict[DiagnosticCode, int] = {}  # the counts the frames said
+        parent = ctx.parent_tool_call_id
+        invocation = f"claude_code:{parent}" if parent else None
+        ok = invocation is not None and _AGENT_IO_ID.fullmatch(invocation) is not None
+        self.invocation = invocation if ok else None  # the Work Room's, when a parent was named
+        self.parent = parent if ok else None
+        self.permission: Literal["manual", "auto_approve"] = (
+            "auto_approve" if ctx.mode in ("accept_edits", "auto") else "manual"
+        )
+
+    # --- what the CLI chose, as frames carry it -------------------------------------------------
+
+    def said(self, text: str, limit: int = SAID_CHARS) -> str:
+        """A short string the CLI or the model chose (a tool name, a path, a session id), as a
+        frame may carry it: every such string goes through here."""
+        said = self.said_cache.get(text)
+        if said is not None:
+            return said
+        said = self.redactor.clean_chars(text, limit)
+        # Tool names repeat on every call: remember the short ones, which no bound cuts (so the
+        # answer is the same whatever the limit).
+        if len(said) <= NAME_CHARS and len(text) <= NAME_CHARS and len(self.said_cache) < 1024:
+            self.said_cache[text] = said
+        return said
+
+    def tool_id(self, use_id: str) -> str:
+        """The frame id of the CLI's tool call ``use_id``: redacted like any string it chose, and
+        still one id per call (two masked ids must not name the same card)."""
+        tool_id = self.tool_ids.get(use_id)
+        if tool_id is not None:  # a parent, asked for by each line of its subagent
+            return tool_id
+        if len(use_id) <= NAME_CHARS and not self.redactor.screen(use_id.lower()):
+            said = use_id  # the common case: nothing to mask, nothing to cut
+        else:
+            said = self.redactor.clean_chars(use_id, SAID_CHARS)
+            if said != use_id:
+                said += f".{len(self.tool_ids) + 1}"
+        # Like seen, one entry per tool call of the run.
+        self.tool_ids[use_id] = tool_id = TOOL_PREFIX + said
+        return tool_id
+
+    # --- diagnostics ----------------------------------------------------------------------------
+
+    def count(self, code: DiagnosticCode) -> None:
+        """One more of ``code``: sent at counts 1, 2, 4, 8 …, and the total at the end, so that a
+        flood of bad lines costs a few frames, whatever the chunking."""
+        count = self.diag.get(code, 0) + 1
+        self.diag[code] = count
+        if count & (count - 1) == 0:
+            self.diagnostic(code, count)
+
+    def diagnostic(self, code: DiagnosticCode, count: int) -> None:
+        self.diag_sent[code] = count
+        self.frame(Diagnostic, code=code, count=count)
+
+    # --- frames ---------------------------------------------------------------------------------
+
+    def frame(self, frame_type: type[Frame], /, **fields: object) -> None:
+        """The run's next frame of ``frame_type`` (the envelope is stamped here)."""
+        self.seq = seq = self.seq + 1
+        run_id = self.run_id
+        self.out.append(
+            frame_type(
+                id=frame_id(run_id, seq),
+                run_id=run_id,
+                seq=seq,
+                ts=self.now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self.invocation,
+                parentToolCallId=self.parent,
+                **fields,  # type: ignore[arg-type]
+            )
+        )
+
+    # The three frames of every card and message are built without frame(): splatting keyword
+    # arguments into a Struct costs a microsecond a frame (measured), a sixth of a card's time.
+
+    def tool_call(self, card: Card, summary: str) -> ToolCall:
+        """A card's tool_call frame (made and kept in ``out``)."""
+        self.seq = seq = self.seq + 1
+        run_id = self.run_id
+        frame = ToolCall(
+            id=frame_id(run_id, seq),
+            run_id=run_id,
+            seq=seq,
+            ts=self.now,
+            provider=PROVIDER,
+            child_session_id=self.session_id,
+            invocationId=self.invocation,
+            parentToolCallId=self.parent,
+            tool_id=card.tool_id,
+            name=card.name,
+            args=card.args,
+            status="in_progress",
+            parent_tool_id=card.parent_tool_id,
+            summary=summary,
+        )
+        self.out.append(frame)
+        return frame
+
+    def tool_result(
+        self,
+        card: Card,
+        ok: bool,
+        result: str,
+        error: str | None,
+        error_type: ErrorType | None,
+        diff: str | None,
+    ) -> ToolResult:
+        """A card's tool_result frame (made and kept in ``out``), its texts already clean."""
+        self.seq = seq = self.seq + 1
+        run_id = self.run_id
+        now = self.now
+        frame = ToolResult(
+            id=frame_id(run_id, seq),
+            run_id=run_id,
+            seq=seq,
+            ts=now,
+            provider=PROVIDER,
+            child_session_id=self.session_id,
+            invocationId=self.invocation,
+            parentToolCallId=self.parent,
+            tool_id=card.tool_id,
+            name=card.name,
+            status="completed" if ok else "failed",
+            result=result,
+            timing_ms=max(int((now - card.started) * 1000), 0),
+            error=error,
+            error_type=error_type,
+            diff=diff,
+            parent_tool_id=card.parent_tool_id,
+        )
+        self.out.append(frame)
+        return frame
+
+    def message(self, message_id: str, text: str, parent: str | None, partial: bool) -> None:
+        """An assistant text frame, its text already clean; ``parent`` is the CLI's id of the
+        subagent's Task call."""
+        self.seq = seq = self.seq + 1
+        run_id = self.run_id
+        self.out.append(
+            ProviderMessage(
+                id=frame_id(run_id, seq),
+                run_id=run_id,
+                seq=seq,
+                ts=self.now,
+                provider=PROVIDER,
+                child_session_id=self.session_id,
+                invocationId=self.invocation,
+                parentToolCallId=self.parent,
+                role="assistant",
+                messageId=message_id,
+                text=text,
+                parent_tool_id=self.tool_id(parent) if parent else None,
+                partial=partial,
+            )
+        )
+
+    def take(self) -> list[Frame]:
+        """The frames made since the last call."""
+        out, self.out = self.out, []
+        return out
