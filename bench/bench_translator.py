@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TRANSCRIPTS = (
     ROOT / "tests" / "golden" / "transcripts",
-    ROOT / "tests" / "translator" / "golden" / "reference",
+    ROOT / "tests" / "golden" / "reference",
 )
 REQUIRED_VS_PEER = 2.0
 

@@ -18,7 +18,7 @@ from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 ROOT = Path(__file__).resolve().parent.parent
 # The reference transcripts of the design (shared/reference/claude-code-2.1.332), kept in the
 # repository so that the tests do not depend on what lies beside the checkout.
-REFERENCE = ROOT / "tests" / "translator" / "golden" / "reference"
+REFERENCE = ROOT / "tests" / "golden" / "reference"
 PINNED_CLAUDE_VERSION = CLAUDE_CODE_VERSION
 
 pytest_plugins = ["tests.fixtures"]

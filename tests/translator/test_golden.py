@@ -1,8 +1,9 @@
 """Golden transcripts: real CLI output in, the expected frames out, diffed as data.
 
-Two sets: the reference transcripts of DESIGN (``golden/reference``) and the transcripts the
-capture script records from the pinned CLI (``tests/golden/transcripts``, with a manifest giving
-each run's argv and exit code). Expected frames live in ``golden/expected/<set>/<name>.json``.
+Two sets, both in the one golden tree ``tests/golden``: the reference transcripts of DESIGN
+(``reference``) and the transcripts the capture script records from the pinned CLI
+(``transcripts``, with a manifest giving each run's argv and exit code). Expected frames live in
+``expected/<set>/<name>.json``.
 
 Regenerate after a deliberate change with ``CODELEGATE_UPDATE_GOLDENS=1 pytest tests/translator``
 and review the diff by eye before committing it.
@@ -23,11 +24,12 @@ from tests.translator.helpers import as_data, chunked, context, run
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
+GOLDEN = ROOT / "tests" / "golden"  # the one golden tree
 SETS = {
-    "reference": HERE / "golden" / "reference",
-    "captured": ROOT / "tests" / "golden" / "transcripts",
+    "reference": GOLDEN / "reference",
+    "captured": GOLDEN / "transcripts",
 }
-EXPECTED = HERE / "golden" / "expected"
+EXPECTED = GOLDEN / "expected"
 UPDATE = os.environ.get("CODELEGATE_UPDATE_GOLDENS") == "1"
 
 
