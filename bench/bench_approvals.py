@@ -1,4 +1,4 @@
-"""From a permission prompt to a person and back through the daemon (issue 15, benchmarks).
+"""From a permission prompt to a person and back through the daemon (bench/RESULTS.md §7).
 
 A stand-in CLI (``bench/approval_cli.py``) asks ``can_use_tool`` N times, one request at a
 time, as the real CLI does. Two latencies per request:

@@ -1,4 +1,4 @@
-"""Time from a cancel request to the last process of the run gone (issue 7, benchmark 4).
+"""Time from a cancel request to the last process of the run gone (bench/RESULTS.md §4).
 
 For three kinds of run — a CLI that stops on SIGTERM, one that ignores SIGTERM, and one whose
 tool left a double-forked setsid grandchild that ignores SIGTERM — the run is started on a
@@ -10,11 +10,11 @@ with SIGKILL to its group — the floor of "gone" on this machine (kernel teardo
 The fakes never answer the interrupt a cancel sends first, so they are served with
 ``interrupt_grace_s = 0`` (straight to SIGTERM). Target: <= cancel grace + 1 s.
 
-The interrupt path (issue 15): the real pinned CLI against the loopback API stub, cancelled
-while a held Bash command runs; timed from the cancel to the run's state ended (its closing
-frames sent, the session resumable) and to its last process gone. Baseline in the same run: the
-same cancel with ``interrupt_grace_s = 0`` (SIGTERM at once). Target: <= 0.5 s to the result.
-Run with ``.venv/bin/python -m bench cancel``.
+The interrupt path (README "Cancel, timeout, shutdown"): the real pinned CLI against the
+loopback API stub, cancelled while a held Bash command runs; timed from the cancel to the run's
+state ended (its closing frames sent, the session resumable) and to its last process gone.
+Baseline in the same run: the same cancel with ``interrupt_grace_s = 0`` (SIGTERM at once).
+Target: <= 0.5 s to the result. Run with ``.venv/bin/python -m bench cancel``.
 """
 
 from __future__ import annotations

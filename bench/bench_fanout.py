@@ -1,4 +1,4 @@
-"""Frames published to Redis Streams per daemon (issue 17, ``[fanout]``).
+"""Frames published to Redis Streams per daemon (``[fanout]``, bench/RESULTS.md §5).
 
 A served daemon with ``[fanout]`` pointed at a Redis of its own on loopback (Debian's
 ``redis-server``, as in tests/fanout), and the fake CLI writing N tool lines as fast as it can.

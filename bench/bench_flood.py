@@ -1,4 +1,6 @@
-"""A run floods its output; how long does another run wait for its first frame? (issue 11.10)
+"""A run floods its output; how long does another run wait for its first frame?
+
+bench/RESULTS.md §6.
 
 One run prints tool lines as fast as the load tests' fake CLI can write them (``--lines``,
 600,000 by default: as many frames, each tool result ``--pad`` bytes). While it floods,

@@ -1,4 +1,4 @@
-"""The daemon's memory (issue 7, benchmark 3): idle RSS, and the cost of a live run and of a
+"""The daemon's memory (bench/RESULTS.md §3): idle RSS, and the cost of a live run and of a
 subscriber, measured as RSS deltas of the served daemon process.
 
 Baseline, in the same run: a bare Python process that imports the daemon's libraries (aiohttp,

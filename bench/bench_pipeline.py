@@ -1,4 +1,4 @@
-"""The daemon pipeline under load (issue 7, benchmark 2).
+"""The daemon pipeline under load (bench/RESULTS.md §2).
 
 A fake CLI writes N tool lines (tool_use / tool_result alternating, each tool_use stamped with
 the time it was written) either as fast as it can or at a fixed rate; the daemon translates,
@@ -14,8 +14,9 @@ decodes each line (no daemon at all). Overhead = daemon wall time / baseline wal
 same N lines, each from the first tool_use written to the last one received (by every probe);
 see :func:`_overhead` for which rounds are compared.
 
-Targets (DESIGN / issue 7): p99 <= 5 ms at 2,000 lines/s with 100 subscribers on 2 cores, and
-overhead <= 1.2x. Run with ``.venv/bin/python -m bench pipeline`` (``--quick`` for a short run).
+Targets (bench/RESULTS.md, Summary): p99 <= 5 ms at 2,000 lines/s with 100 subscribers on 2
+cores, and overhead <= 1.2x. Run with ``.venv/bin/python -m bench pipeline`` (``--quick`` for
+a short run).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How fast the translator is, against a floor and a peer (issue 3).
+"""How fast the translator is, against a floor and a peer (bench/RESULTS.md §1).
 
 Corpus: the real CLI transcripts of the golden tests, repeated until there are at least 100,000
 lines, every tool_use id made unique so that each card is real work. A second corpus is made of

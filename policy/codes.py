@@ -51,6 +51,11 @@ UNAVAILABLE: Final = "unavailable"
 INTERNAL_ERROR: Final = "internal_error"
 HTTP_ERROR: Final = "http_error"
 
+# A WebSocket client's message the daemon cannot take (an error control message, no HTTP status;
+# README "WebSocket protocol"). The WebSocket's other errors are the HTTP codes above.
+BAD_MESSAGE: Final = "bad_message"
+WEBSOCKET_ONLY: Final = frozenset({BAD_MESSAGE})
+
 # The status of every code; None: the status aiohttp chose (HTTP_ERROR only).
 STATUS: Final[Mapping[str, int | None]] = MappingProxyType(
     {

@@ -13,9 +13,8 @@ import msgspec
 
 from codelegate.policy.codes import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE
 from codelegate.policy.errors import PolicyError
+from codelegate.translator.frames import AGENT_IO_ID
 
-# The id syntax O Chat accepts for invocationId / parentToolCallId.
-TOOL_CALL_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}", re.ASCII)
 # JSON escapes can make a body several times larger than the task it carries, so the body bound
 # leaves room for that and for the other fields; the task itself is measured after decoding.
 _BODY_OVERHEAD: Final = 64 * 1024
@@ -74,7 +73,7 @@ def decode_run_request(body: bytes, *, max_task_bytes: int) -> RunRequest:
         )
     if not request.task.strip():
         raise PolicyError(EMPTY_TASK, "task must not be empty")
-    if request.parent is not None and not TOOL_CALL_ID.fullmatch(request.parent.tool_call_id):
+    if request.parent is not None and not AGENT_IO_ID.fullmatch(request.parent.tool_call_id):
         raise PolicyError(
             BAD_REQUEST,
             "parent.tool_call_id: expected 1-512 characters of A-Z a-z 0-9 . _ : -",

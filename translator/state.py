@@ -10,11 +10,11 @@ else.
 
 from __future__ import annotations
 
-import re
 from typing import Final, Literal
 
 import codelegate.translator.wire as wire
 from codelegate.translator.frames import (
+    AGENT_IO_ID,
     PROVIDER,
     ActivityKind,
     Diagnostic,
@@ -37,8 +37,6 @@ TOOL_PREFIX: Final = "claude:"
 NAME_PREFIX: Final = "Claude Code › "
 # The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
 SAID_CHARS: Final = 1024
-# O Chat drops invocation frames whose ids do not match this (chat-item-mapper.ts).
-_AGENT_IO_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}")
 
 
 class Card:
@@ -186,7 +184,7 @@ class RunState:
         self.diag_sent: dict[DiagnosticCode, int] = {}  # the counts the frames said
         parent = ctx.parent_tool_call_id
         invocation = f"claude_code:{parent}" if parent else None
-        ok = invocation is not None and _AGENT_IO_ID.fullmatch(invocation) is not None
+        ok = invocation is not None and AGENT_IO_ID.fullmatch(invocation) is not None
         self.invocation = invocation if ok else None  # the Work Room's, when a parent was named
         self.parent = parent if ok else None
         self.permission: Literal["manual", "auto_approve"] = (

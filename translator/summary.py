@@ -91,8 +91,11 @@ def _text(args: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+def one_line(text: str, limit: int | None = None) -> str:
+    """``text`` on one line (every run of whitespace one space), cut to ``limit`` with an
+    ellipsis."""
+    line = " ".join(text.split())
+    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
 
 
 def tool_title(tool: str, args: Any, cwd: str) -> str:
@@ -122,7 +125,7 @@ def _verb(verb: str) -> Callable[[dict[str, Any], str], str]:
 
 def _run(args: dict[str, Any], cwd: str) -> str:
     command = _text(args, "command")
-    return f"Run: {_one_line(command)}" if command else ""
+    return f"Run: {one_line(command)}" if command else ""
 
 
 def _grep(args: dict[str, Any], cwd: str) -> str:
@@ -153,7 +156,7 @@ def _web(args: dict[str, Any], cwd: str) -> str:
 def _subagent(tool: str) -> Callable[[dict[str, Any], str], str]:
     def title(args: dict[str, Any], cwd: str) -> str:
         description = _text(args, "description")
-        return f"{tool}: {_one_line(description)}" if description else ""
+        return f"{tool}: {one_line(description)}" if description else ""
 
     return title
 

@@ -39,6 +39,7 @@ from codelegate.translator.frames import (
     ToolResult,
 )
 from codelegate.translator.state import NAME_PREFIX
+from codelegate.translator.summary import one_line
 
 _SPINNER: Final = Spinner("dots")
 _NOTE_CHARS: Final = 100
@@ -84,11 +85,6 @@ def _duration(seconds: float) -> str:
         return f"{seconds:.1f}s"
     minutes, rest = divmod(int(seconds), 60)
     return f"{minutes}m{rest:02d}s"
-
-
-def _one_line(text: str, limit: int) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def spinner_frame(now: float) -> str:
@@ -187,7 +183,7 @@ class Board:
                 card.tool_uses = frame.tool_uses if frame.tool_uses is not None else card.tool_uses
                 card.total_tokens = frame.total_tokens or card.total_tokens
                 if frame.summary:
-                    card.note = _one_line(frame.summary, _NOTE_CHARS)
+                    card.note = one_line(frame.summary, _NOTE_CHARS)
             return []
         if isinstance(frame, ToolResult):
             return self._close(frame)
@@ -239,12 +235,12 @@ class Board:
         if frame.status == "failed":
             reason = frame.error or frame.result
             kind = frame.error_type or "error"
-            card.error = f"{kind}: {_one_line(reason, _ERROR_CHARS)}" if reason else kind
+            card.error = f"{kind}: {one_line(reason, _ERROR_CHARS)}" if reason else kind
         return self._settle(self._root_of(card))
 
     def _message(self, frame: ProviderMessage) -> list[RenderableType]:
         if frame.parent_tool_id and frame.parent_tool_id in self.cards:
-            self.cards[frame.parent_tool_id].note = _one_line(frame.text, _NOTE_CHARS)
+            self.cards[frame.parent_tool_id].note = one_line(frame.text, _NOTE_CHARS)
             return []
         if frame.partial:
             return []  # still streaming: printed once, whole, by its last frame

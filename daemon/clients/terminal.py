@@ -28,6 +28,7 @@ from rich.live import Live
 from codelegate.daemon.clients.board import Board, CleanConsole, MultiBoard
 from codelegate.daemon.clients.terminal_ask import Approvals, Ask, Post, terminal_asker
 from codelegate.daemon.clients.tool import socket_path, unreachable
+from codelegate.policy.codes import HTTP_ERROR
 from codelegate.translator.frames import Frame, RunResult, decode_frame
 
 BASE: Final = "http://codelegate"  # the host is a placeholder: the connector picks the socket
@@ -133,7 +134,7 @@ async def _error_of(response: aiohttp.ClientResponse) -> DaemonError:
         error = (await response.json(content_type=None))["error"]
         return DaemonError(response.status, str(error["code"]), str(error["message"]))
     except (ValueError, KeyError, TypeError, aiohttp.ClientError):
-        return DaemonError(response.status, "http_error", f"HTTP {response.status}")
+        return DaemonError(response.status, HTTP_ERROR, f"HTTP {response.status}")
 
 
 async def start_run(http: aiohttp.ClientSession, body: dict[str, Any]) -> str:

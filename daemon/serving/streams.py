@@ -26,7 +26,7 @@ from codelegate.daemon.runs import RunManager
 from codelegate.daemon.serving.state import CONFIG, METRICS, STATE, int_query, manager_of
 from codelegate.daemon.subscriber import Subscriber
 from codelegate.daemon.tasks import spawn
-from codelegate.policy.codes import RUN_NOT_FOUND, SHUTTING_DOWN
+from codelegate.policy.codes import BAD_MESSAGE, RUN_NOT_FOUND, SHUTTING_DOWN
 from codelegate.policy.errors import PolicyError
 
 _WS_MAX_MESSAGE: Final = 64 * 1024
@@ -170,14 +170,14 @@ async def _ws_reader(ws: web.WebSocketResponse, manager: RunManager, sub: Subscr
         if msg.type == WSMsgType.TEXT:
             await _ws_control(manager, sub, msg.data)
         elif msg.type == WSMsgType.BINARY:
-            sub.control(_control_error("bad_message", "send JSON text messages"))
+            sub.control(_control_error(BAD_MESSAGE, "send JSON text messages"))
 
 
 async def _ws_control(manager: RunManager, sub: Subscriber, data: str) -> None:
     try:
         message = _control_decoder.decode(data)
     except msgspec.DecodeError as exc:
-        sub.control(_control_error("bad_message", str(exc)[:200]))
+        sub.control(_control_error(BAD_MESSAGE, str(exc)[:200]))
         return
     door = manager.subscriptions
     if isinstance(message, _Unsubscribe):
@@ -187,12 +187,12 @@ async def _ws_control(manager: RunManager, sub: Subscriber, data: str) -> None:
         sub.control(await _answer(manager, message))
         return
     if message.after < 0:
-        sub.control(_control_error("bad_message", "after must be >= 0"))
+        sub.control(_control_error(BAD_MESSAGE, "after must be >= 0"))
         return
     if message.run == "*":
         door.follow_all(sub, message.after)
     elif await door.subscribe(sub, message.run, message.after) == "unknown":
-        sub.control(_control_error("run_not_found", "no run with that id"))
+        sub.control(_control_error(RUN_NOT_FOUND, "no run with that id"))
         return
     sub.control(msgspec.json.encode({"type": "subscribed", "run": message.run}))
 

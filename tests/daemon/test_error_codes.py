@@ -40,5 +40,6 @@ def test_every_code_constant_is_in_the_status_table_and_none_twice() -> None:
         for name, value in vars(codes).items()
         if name.isupper() and isinstance(value, str)
     }
-    assert sorted(constants.values()) == sorted(STATUS)
+    assert sorted(constants.values()) == sorted([*STATUS, *codes.WEBSOCKET_ONLY])
+    assert not codes.WEBSOCKET_ONLY & STATUS.keys()
     assert all(name.lower() == value for name, value in constants.items())

@@ -15,7 +15,7 @@ from tests.stub.anthropic import Turn, text, tool
 pytestmark = pytest.mark.e2e
 
 # What the CLI writes into its own transcript when it honours the interrupt; a CLI stopped by
-# SIGTERM writes nothing of the kind (DESIGN "Cancel: interrupt first").
+# SIGTERM writes nothing of the kind (README "Cancel, timeout, shutdown").
 INTERRUPTED = "[Request interrupted by user for tool use]"
 SLEEPER = """\
 import sys, time, urllib.request
@@ -77,7 +77,8 @@ async def test_a_cancel_mid_bash_interrupts_the_turn_and_its_session_resumes(e2e
 async def test_without_an_interrupt_grace_a_cancel_is_a_sigterm_that_leaves_no_trace(
     e2e: E2E,
 ) -> None:
-    """The contrast that shows the test above can fail: SIGTERM at once, as before issue 15."""
+    """The contrast that shows the test above can fail: SIGTERM at once, as before cancel sent
+    an interrupt."""
     state, frames = await _cancel_mid_bash(e2e)
     assert state["status"] == frames[-1]["result"]["status"] == "cancelled"
     _, history = await _resume(e2e, state["session_id"])

@@ -1,6 +1,7 @@
 """No answer widens permissions: the control lines' guard, and a property over any sequence of
-prompts and answers (issue 15: no bypass, no mode change, no rule beyond the session, a session
-rule only for an allow_session tool inside the Work Room, one approval_resolved per request)."""
+prompts and answers (README "Approvals": no bypass, no mode change, no rule beyond the session,
+a session rule only for an allow_session tool inside the Work Room, one approval_resolved per
+request)."""
 
 from __future__ import annotations
 

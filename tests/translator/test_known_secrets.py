@@ -1,4 +1,4 @@
-"""Secrets the redactor must catch (issue 11, items 3, 5, 6): the values a run is known to hold,
+"""Secrets the redactor must catch (README "Security model"): the values a run is known to hold,
 in any encoding; shapes it used to miss; and every string the CLI or the model chooses.
 
 Every secret is drawn fresh (Hypothesis), never a fixed string.

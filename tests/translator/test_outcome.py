@@ -1,4 +1,4 @@
-"""The final result: last result line wins, status rules, bounds (PLAN "Final status rules")."""
+"""The final result: last result line wins, status rules, bounds (DESIGN "The final result")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""translator/ stays pure: no I/O, no asyncio, no clocks, no environment (DESIGN, PLAN)."""
+"""translator/ stays pure: no I/O, no asyncio, no clocks, no environment (DESIGN "Packages")."""
 
 from __future__ import annotations
 
