@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from codelegate.daemon.fanout import FanoutStats
@@ -55,53 +56,93 @@ class Metrics:
             out.append(f"# HELP {name} {help_text}")
             out.append(f"# TYPE {name} {kind}")
 
-        family("codelegate_runs_active", "gauge", "Runs currently running.")
-        out.append(f"codelegate_runs_active {runs_active}")
-        family("codelegate_runs_started_total", "counter", "Runs spawned since start-up.")
-        out.append(f"codelegate_runs_started_total {self.runs_started}")
-        family("codelegate_runs_total", "counter", "Finished runs by final status.")
-        for status in ("completed", "failed", "cancelled", "timeout", "interrupted"):
-            out.append(f'codelegate_runs_total{{status="{status}"}} {self.runs_finished[status]}')
-        family("codelegate_runs_refused_total", "counter", "Run requests refused, by error code.")
-        for code, n in sorted(self.runs_refused.items()):
-            out.append(f'codelegate_runs_refused_total{{code="{code}"}} {n}')
-        family("codelegate_frames_total", "counter", "Frames produced by runs, by type.")
-        for kind, n in sorted(self.frames.items()):
-            out.append(f'codelegate_frames_total{{type="{kind}"}} {n}')
-        family("codelegate_diagnostics_total", "counter", "Diagnostic frames, by code.")
-        for code, n in sorted(self.diagnostics.items()):
-            out.append(f'codelegate_diagnostics_total{{code="{code}"}} {n}')
-        family("codelegate_frames_published_total", "counter", "Frames handed to the hub.")
-        out.append(f"codelegate_frames_published_total {frames_published}")
-        family("codelegate_frames_sent_total", "counter", "Frame deliveries queued to clients.")
-        out.append(f"codelegate_frames_sent_total {frames_queued}")
-        family("codelegate_subscribers", "gauge", "Connected WebSocket and NDJSON subscribers.")
-        out.append(f"codelegate_subscribers {subscribers}")
-        family(
+        def one(name: str, kind: str, help_text: str, value: int) -> None:
+            family(name, kind, help_text)
+            out.append(f"{name} {value}")
+
+        def by(name: str, kind: str, help_text: str, label: str, values: Iterable[Any]) -> None:
+            family(name, kind, help_text)
+            out.extend(f'{name}{{{label}="{key}"}} {n}' for key, n in values)
+
+        one("codelegate_runs_active", "gauge", "Runs currently running.", runs_active)
+        one(
+            "codelegate_runs_started_total",
+            "counter",
+            "Runs spawned since start-up.",
+            self.runs_started,
+        )
+        statuses = ("completed", "failed", "cancelled", "timeout", "interrupted")
+        runs = self.runs_finished
+        by(
+            "codelegate_runs_total",
+            "counter",
+            "Finished runs by final status.",
+            "status",
+            ((status, runs[status]) for status in statuses),
+        )
+        counted = (
+            (
+                "runs_refused_total",
+                "Run requests refused, by error code.",
+                "code",
+                self.runs_refused,
+            ),
+            ("frames_total", "Frames produced by runs, by type.", "type", self.frames),
+            ("diagnostics_total", "Diagnostic frames, by code.", "code", self.diagnostics),
+        )
+        for name, help_text, label, values in counted:
+            by(f"codelegate_{name}", "counter", help_text, label, sorted(values.items()))
+        one(
+            "codelegate_frames_published_total",
+            "counter",
+            "Frames handed to the hub.",
+            frames_published,
+        )
+        one(
+            "codelegate_frames_sent_total",
+            "counter",
+            "Frame deliveries queued to clients.",
+            frames_queued,
+        )
+        one(
+            "codelegate_subscribers",
+            "gauge",
+            "Connected WebSocket and NDJSON subscribers.",
+            subscribers,
+        )
+        one(
             "codelegate_subscribers_dropped_total",
             "counter",
             "Subscribers closed because they fell behind.",
+            subscribers_dropped,
         )
-        out.append(f"codelegate_subscribers_dropped_total {subscribers_dropped}")
-        family("codelegate_http_errors_total", "counter", "Error answers, by HTTP status.")
-        for status_code, n in sorted(self.http_errors.items()):
-            out.append(f'codelegate_http_errors_total{{status="{status_code}"}} {n}')
-        family("codelegate_connections", "gauge", "Open client connections, by listener.")
-        for listener, n in sorted(self.connections.items()):
-            out.append(f'codelegate_connections{{listener="{listener}"}} {n}')
-        family(
+        by(
+            "codelegate_http_errors_total",
+            "counter",
+            "Error answers, by HTTP status.",
+            "status",
+            sorted(self.http_errors.items()),
+        )
+        by(
+            "codelegate_connections",
+            "gauge",
+            "Open client connections, by listener.",
+            "listener",
+            sorted(self.connections.items()),
+        )
+        by(
             "codelegate_connections_refused_total",
             "counter",
             "Connections closed at once because their listener was at its cap.",
+            "listener",
+            sorted(self.connections_refused.items()),
         )
-        for listener, n in sorted(self.connections_refused.items()):
-            out.append(f'codelegate_connections_refused_total{{listener="{listener}"}} {n}')
-        family(
+        one(
             "codelegate_log_lines_dropped_total",
             "counter",
             "Log lines that could not be written (stdout closed or full).",
+            log_lines_dropped,
         )
-        out.append(f"codelegate_log_lines_dropped_total {log_lines_dropped}")
         family("codelegate_run_duration_seconds", "histogram", "Wall-clock duration of runs.")
         for bound, n in zip(DURATION_BUCKETS, self._buckets, strict=True):
             out.append(f'codelegate_run_duration_seconds_bucket{{le="{bound:g}"}} {n}')

@@ -121,6 +121,15 @@ def set_enabled(enabled: bool) -> None:
     _detected, _base = (False, None) if enabled else (True, None)
 
 
+def _run_path(run_id: str, base: str | None) -> str | None:
+    """Where the cgroup of ``run_id`` is (under ``base``, else the delegated base); None when
+    there is no usable base or the id could name another path."""
+    base = base or delegated_base()
+    if base is None or not _RUN_ID.match(run_id):
+        return None
+    return os.path.join(base, _PREFIX + run_id)
+
+
 class RunCgroup:
     """The cgroup of one run."""
 
@@ -130,10 +139,9 @@ class RunCgroup:
     @classmethod
     def create(cls, run_id: str, base: str | None = None) -> RunCgroup | None:
         """Make the run's cgroup under the delegated base; None if unavailable."""
-        base = base or delegated_base()
-        if base is None or not _RUN_ID.match(run_id):
+        path = _run_path(run_id, base)
+        if path is None:
             return None
-        path = os.path.join(base, _PREFIX + run_id)
         try:
             os.mkdir(path)
         except OSError:
@@ -143,11 +151,8 @@ class RunCgroup:
     @classmethod
     def existing(cls, run_id: str, base: str | None = None) -> RunCgroup | None:
         """The run's cgroup if it is still there (left by a daemon that died), else None."""
-        base = base or delegated_base()
-        if base is None or not _RUN_ID.match(run_id):
-            return None
-        path = os.path.join(base, _PREFIX + run_id)
-        return cls(path) if os.path.isdir(path) else None
+        path = _run_path(run_id, base)
+        return cls(path) if path is not None and os.path.isdir(path) else None
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` started so that it joins this cgroup before it runs."""
