@@ -28,7 +28,12 @@ if TYPE_CHECKING:
 # The request id of the ``initialize`` request; one per process, so it needs nothing unique.
 INITIALIZE_ID: Final = "initialize"
 
-_tasks_decoder: Final = msgspec.json.Decoder(list[msgspec.Raw] | None)
+
+class _Task(msgspec.Struct, gc=False):
+    task_id: str = ""
+
+
+_tasks_decoder: Final = msgspec.json.Decoder(list[_Task] | None)
 
 
 class _Envelope(msgspec.Struct, gc=False):
@@ -44,11 +49,11 @@ def _line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
 
 
-def control_request(request_id: str, subtype: str) -> bytes:
-    """A control request of ours (``initialize``, ``interrupt``) as one stdin line."""
-    return _line(
-        {"type": "control_request", "request_id": request_id, "request": {"subtype": subtype}}
-    )
+def control_request(request_id: str, subtype: str, **fields: str) -> bytes:
+    """A control request of ours (``initialize``, ``interrupt``, ``stop_task`` with its
+    ``task_id``) as one stdin line."""
+    request = {"subtype": subtype, **fields}
+    return _line({"type": "control_request", "request_id": request_id, "request": request})
 
 
 def user_message(text: str) -> bytes:
@@ -177,13 +182,14 @@ def opening(prompt: str) -> bytes:
     return control_request(INITIALIZE_ID, "initialize") + user_message(prompt)
 
 
-def task_count(raw: msgspec.Raw) -> int | None:
-    """How many tasks a ``background_tasks_changed`` line lists; None when it lists none."""
+def task_ids(raw: msgspec.Raw) -> tuple[str, ...] | None:
+    """The ids of the tasks a ``background_tasks_changed`` line lists (every open background
+    task: Bash or subagent); None when it lists none readable."""
     try:
         tasks = _tasks_decoder.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return None if tasks is None else len(tasks)
+    return None if tasks is None else tuple(task.task_id for task in tasks)
 
 
 class Channel:
@@ -192,9 +198,10 @@ class Channel:
     ``over`` is true from a ``result`` line printed while no background task is open and no
     user message written mid-run is still unread, until the CLI says more (a background task
     that finishes starts a turn of its own, and its ``result`` is then the last one).
-    Background tasks are counted from ``background_tasks_changed``, which lists every open one
-    (a foreground task is not listed). A user message written mid-run (steering) is taken in at
-    the next tool boundary, or after the turn as a turn of its own: with
+    Background tasks are known from ``background_tasks_changed``, which lists every open one
+    (a foreground task is not listed); a cancel stops each with ``stop_task``. A user message
+    written mid-run (steering) is taken in at the next tool boundary, or after the turn as a
+    turn of its own: with
     ``--replay-user-messages`` the CLI echoes every user message when it takes it in — the
     prompt's first (measured on 2.1.332), so ``written`` inputs are all read once ``written + 1``
     echoes came.
@@ -203,13 +210,13 @@ class Channel:
     __slots__ = ("background", "over", "replays", "written")
 
     def __init__(self) -> None:
-        self.background = 0
+        self.background: tuple[str, ...] = ()  # the open background tasks' ids
         self.over = False
         self.written = 0  # user messages written after the prompt
         self.replays = 0  # echoes of user messages, the prompt's included
 
     def result(self) -> None:
-        self.over = self.background == 0 and (self.written == 0 or self.replays > self.written)
+        self.over = not self.background and (self.written == 0 or self.replays > self.written)
 
     def input_written(self) -> None:
         """A user message was written mid-run: the run is not over before its turn's result."""
@@ -220,9 +227,9 @@ class Channel:
         """The CLI echoed a user message it took in (``isReplay``)."""
         self.replays += 1
 
-    def tasks(self, count: int | None) -> None:
-        if count is not None:
-            self.background = count
+    def tasks(self, ids: tuple[str, ...] | None) -> None:
+        if ids is not None:
+            self.background = ids
         if self.background:
             self.over = False
 

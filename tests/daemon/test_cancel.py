@@ -15,14 +15,14 @@ from tests.daemon.conftest import (
 
 
 async def _cancel_an_unanswering_cli(
-    short_dir: Path, workspace: Path, tmp_path: Path, grace: float
+    short_dir: Path, workspace: Path, tmp_path: Path, grace: float, scenario: str = ""
 ) -> tuple[dict[str, object], list[str]]:
     """Cancel a run of a CLI that reads stdin on but answers nothing; its state and the stdin
     lines it got after the prompt (plus "SIGTERM" when one reached it)."""
     record = tmp_path / "stdin.log"
     config = make_config(short_dir, workspace, policy={"interrupt_grace_s": grace})
     async with running_daemon(config, tmp_path) as d:
-        resp = await d.post_run(f"fake: ignore_interrupt lines={record}")
+        resp = await d.post_run(f"fake: ignore_interrupt lines={record} {scenario}".strip())
         assert resp.status == 202
         run_id = (await resp.json())["run_id"]
         async with d.ws(f"?run={run_id}") as ws:
@@ -49,6 +49,24 @@ async def test_a_cli_that_ignores_the_interrupt_gets_sigterm_after_the_grace(
     assert term == "SIGTERM"
     assert state["status"] == "cancelled"
     assert state["exit_code"] == 143  # the fake's SIGTERM handler: the fallback path ended it
+
+
+async def test_a_cancel_stops_every_open_background_task_before_the_interrupt(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    # The real CLI stops a background Bash or subagent on stop_task (tests/golden,
+    # test_stop_task_*); the daemon asks it for each task the CLI last listed open.
+    state, lines = await _cancel_an_unanswering_cli(
+        short_dir, workspace, tmp_path, 0.2, "background=bk1,ag2"
+    )
+    *stops, interrupt, term = lines
+    assert [json.loads(line)["request"] for line in stops] == [
+        {"subtype": "stop_task", "task_id": "bk1"},
+        {"subtype": "stop_task", "task_id": "ag2"},
+    ]
+    assert json.loads(interrupt)["request"] == {"subtype": "interrupt"}
+    assert term == "SIGTERM"
+    assert state["status"] == "cancelled"
 
 
 async def test_with_no_interrupt_grace_a_cancel_sends_sigterm_alone(

@@ -19,7 +19,8 @@ Scenarios (keys in brackets):
   exit_before_init  a stderr message and exit 1, no stdout
   ignore_term       ignores SIGTERM; init, a tool_use, then sleeps
   ignore_interrupt  init, a tool_use, then copies each later stdin line to [lines=PATH] without
-                    answering; writes "SIGTERM" there and exits 143 on SIGTERM
+                    answering; writes "SIGTERM" there and exits 143 on SIGTERM [background=ID,ID:
+                    first a background_tasks_changed line listing those tasks open]
   grandchild        init, a Bash tool_use, leaves a double-forked setsid grandchild that ignores
                     SIGTERM and sleeps [pidfile=PATH] [hold_stdio=1: it keeps our stdout/stderr]
                     [scrub_env=1: it re-executes itself with an empty environment]
@@ -279,6 +280,11 @@ def main(args: list[str]) -> int:
 
         signal.signal(signal.SIGTERM, on_term)
         s.init()
+        if "background" in params:
+            tasks = [
+                {"task_id": t, "task_type": "local_bash"} for t in params["background"].split(",")
+            ]
+            _emit({"type": "system", "subtype": "background_tasks_changed", "tasks": tasks})
         s.tool_use("sleep 1000")
         for line in sys.stdin:
             record.write(line)

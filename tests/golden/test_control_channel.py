@@ -752,6 +752,39 @@ async def test_stop_task_stops_a_background_bash_with_sigterm_and_a_stopped_noti
     assert len(stub.requests_of()) == 2
 
 
+async def test_stop_task_stops_a_background_subagent_and_its_command(cli: CliSandbox) -> None:
+    stub = Stub([], fallback="Unexpected.")
+    (cli.workspace / "sleeper.py").write_text(SLEEPER)
+    async with session(cli, stub, extra=["--allowed-tools", "Bash(python3:*)"]) as s:
+        sleeper = tool("Bash", command=f"python3 sleeper.py {stub.url}", description="Wait")
+        stub.subagent(SUB, [sleeper, text("Ok.")])
+        stub.main.turns = [
+            start_subagent("Wait a while", f"{SUB} Wait.", background=True),
+            text("Started it."),
+        ]
+        await s.user("Start it.")
+        first = await s.wait_for(is_result)
+        await stub.wait_for_signal("sleeper")
+        (started,) = [
+            ln for ln in s.of_type("system", "task_started") if ln["task_type"] == "local_agent"
+        ]
+        rid, sent = await s.control({"subtype": "stop_task", "task_id": started["task_id"]})
+        ack = await s.wait_for(answers(rid))
+        measured("stop_task (subagent) -> control_response", s.time_of(ack) - sent)
+        await stub.wait_for_signal("got-SIGTERM")
+        notified = await s.wait_for(
+            lambda ln: (
+                ln.get("subtype") == "task_notification" and ln.get("task_id") == started["task_id"]
+            )
+        )
+        await s.close_stdin()
+        assert await s.wait_exit() == 0
+    assert ack["response"] == {"subtype": "success", "request_id": rid, "response": {}}
+    assert notified["status"] == "stopped"
+    assert s.index(notified) > s.index(first)
+    # The subagent's own command was stopped with it.
+
+
 # --- 4. steering ----------------------------------------------------------------------------------
 
 

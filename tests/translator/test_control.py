@@ -14,7 +14,7 @@ from codelegate.translator.control import (
     ResultWatch,
     control_request,
     opening,
-    task_count,
+    task_ids,
     user_message,
 )
 from tests.translator.helpers import chunked, context, init_line, line, result_line
@@ -53,26 +53,43 @@ def test_an_interrupt_is_one_control_request_line() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "count"),
-    [(b'[{"task_id":"a"},{"task_id":"b"}]', 2), (b"[]", 0), (b"null", None), (b'"x"', None)],
+    ("raw", "ids"),
+    [
+        (b'[{"task_id":"a","task_type":"local_bash"},{"task_id":"b"}]', ("a", "b")),
+        (b"[]", ()),
+        (b"null", None),
+        (b'"x"', None),
+        (b"[1]", None),
+        (b"[{", None),
+    ],
 )
-def test_task_count_reads_the_list_of_open_tasks(raw: bytes, count: int | None) -> None:
-    assert task_count(msgspec.Raw(raw)) == count
+def test_task_ids_reads_the_list_of_open_tasks(raw: bytes, ids: tuple[str, ...] | None) -> None:
+    assert task_ids(msgspec.Raw(raw)) == ids
+
+
+def test_a_stop_task_request_names_its_task() -> None:
+    line = control_request("stop_task:t1", "stop_task", task_id="t1")
+    assert line.endswith(b"\n")
+    assert json.loads(line) == {
+        "type": "control_request",
+        "request_id": "stop_task:t1",
+        "request": {"subtype": "stop_task", "task_id": "t1"},
+    }
 
 
 def test_the_channel_is_over_at_a_result_with_no_background_task_open() -> None:
     channel = Channel()
     assert not channel.over
-    channel.tasks(1)
+    channel.tasks(("b1",))
     channel.result()
     assert not channel.over  # a background task still runs: its own turn and result follow
     channel.tasks(None)  # a line that lists nothing readable changes nothing
-    assert channel.background == 1
-    channel.tasks(0)
+    assert channel.background == ("b1",)
+    channel.tasks(())
     assert not channel.over
     channel.result()
     assert channel.over
-    channel.tasks(1)  # a task started after that result: wait for the next one
+    channel.tasks(("b2",))  # a task started after that result: wait for the next one
     assert not channel.over
 
 
