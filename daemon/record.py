@@ -55,11 +55,6 @@ class Run:
         return self.record.run_id
 
     @property
-    def last_seq(self) -> int:
-        """The seq of the last frame published."""
-        return self.record.last_seq
-
-    @property
     def result(self) -> FinalResult | None:
         """The final result once the run has ended (the translator makes and holds it)."""
         return self.translator.result

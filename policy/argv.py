@@ -54,8 +54,8 @@ CHANNEL_FLAGS: Final = ("--input-format", "stream-json", "--replay-user-messages
 
 def build_argv(
     config: Config,
-    *,
     mode: Mode,
+    *,
     session_id: str,
     resumed: bool,
     model: str | None = None,

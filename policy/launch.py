@@ -23,7 +23,7 @@ from codelegate.policy.codes import (
 from codelegate.policy.config import Config
 from codelegate.policy.environment import RUN_MARKER_VAR, secret_values
 from codelegate.policy.errors import PolicyError
-from codelegate.policy.modes import REQUEST_MODES, CliMode, Mode, OChatMode, RequestMode, mode_for
+from codelegate.policy.modes import REQUEST_MODES, Mode, RequestMode, mode_for
 from codelegate.policy.request import RunRequest
 from codelegate.policy.session import check_resume, parse_session_id
 from codelegate.policy.workspace import resolve_workspace
@@ -53,13 +53,8 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     # The first stdin lines: ``initialize`` and the prompt as a user message (stdin stays open).
     stdin: bytes
+    # The request's mode, which the run's record keeps (the CLI's is in ``argv``).
     mode: RequestMode
-    cli_mode: CliMode
-    ochat_mode: OChatMode
-    session_id: str
-    resumed: bool
-    model: str | None = None
-    max_budget_usd: float | None = None
     # The credentials among ``env``'s values: the daemon masks them in all of the run's output.
     secrets: tuple[str, ...] = ()
 
@@ -131,24 +126,14 @@ def plan_launch(
     if resumed != (request.resume is not None) or (resumed and request.resume != session_id):
         raise ValueError("session_id/resumed do not match request.resume")
     env = child_environment(config, parent_env, marker=marker)
+    argv = build_argv(
+        config, mode, session_id=session_id, resumed=resumed, model=model, max_budget_usd=budget
+    )
     return LaunchPlan(
-        argv=build_argv(
-            config,
-            mode=mode,
-            session_id=session_id,
-            resumed=resumed,
-            model=model,
-            max_budget_usd=budget,
-        ),
+        argv=argv,
         cwd=cwd,
         env=env,
         stdin=opening(request.task),
         mode=mode.request,
-        cli_mode=mode.cli,
-        ochat_mode=mode.ochat,
-        session_id=session_id,
-        resumed=resumed,
-        model=model,
-        max_budget_usd=budget,
         secrets=secret_values(env),
     )

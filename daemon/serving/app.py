@@ -87,17 +87,18 @@ def create_app(
     app[STATE] = DaemonState(
         environ=dict(os.environ if environ is None else environ), tcp_token=tcp_token
     )
+    run = "/v1/runs/{run_id}"  # one run, and what is below it (README "HTTP API")
     app.add_routes(
         [
             web.post("/v1/runs", post_run),
             web.get("/v1/runs", list_runs),
-            web.get("/v1/runs/{run_id}", get_run),
-            web.post("/v1/runs/{run_id}/cancel", cancel_run),
-            web.get("/v1/runs/{run_id}/approvals", list_approvals),
-            web.post("/v1/runs/{run_id}/approvals/{request_id}", answer_approval),
-            web.post("/v1/runs/{run_id}/questions/{request_id}", answer_question),
-            web.post("/v1/runs/{run_id}/input", post_input),
-            web.get("/v1/runs/{run_id}/events", run_events),
+            web.get(run, get_run),
+            web.post(run + "/cancel", cancel_run),
+            web.get(run + "/approvals", list_approvals),
+            web.post(run + "/approvals/{request_id}", answer_approval),
+            web.post(run + "/questions/{request_id}", answer_question),
+            web.post(run + "/input", post_input),
+            web.get(run + "/events", run_events),
             web.get("/v1/ws", websocket),
             web.get("/healthz", healthz),
             web.get("/metrics", metrics),
@@ -288,7 +289,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     if manager.cancel(run_id):
         run = manager.get(run_id)
         # last_seq: every frame after it is one of the closing frames (no late output).
-        last_seq = run.last_seq if run is not None else 0
+        last_seq = run.record.last_seq if run is not None else 0
         return _json({"run_id": run_id, "status": "cancelling", "last_seq": last_seq}, status=202)
     state = await manager.state(run_id)
     if state is None:
