@@ -25,7 +25,7 @@ from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus, S
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.config import Config
 from codelegate.translator import Outcome
-from codelegate.translator.control import ResultWatch, control_request
+from codelegate.translator.control import ResultWatch, control_request, opening
 from codelegate.translator.frames import Frame
 
 _log = structlog.get_logger("codelegate.runs")  # the run's log lines, wherever they are said
@@ -58,7 +58,7 @@ class Driver:
                 plan.argv,
                 cwd=plan.cwd,
                 env=plan.env,
-                stdin=plan.stdin,
+                stdin=opening(plan.task),
                 keep_stdin=True,
                 run_id=run.run_id,
                 stderr_lines=self._config.limits.stderr_lines,

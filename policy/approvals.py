@@ -36,6 +36,9 @@ AnswerScope = Literal["once", "session"]
 RejectMode = Literal["reject_soft", "reject_hard", "reject_explain"]
 
 QUESTION_TOOL: Final = "AskUserQuestion"
+# Claude Code's tools that change files: a session rule covers them all at once (above), and a
+# card of one is a file change (translator.summary).
+FILE_CHANGE_TOOLS: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 # Tools whose "allow" changes the session's permission mode (plan mode ends on ExitPlanMode):
 # never asked about, whatever the config says, so no answer can produce a mode change.
 MODE_TOOLS: Final = frozenset({"ExitPlanMode", "EnterPlanMode"})
@@ -199,9 +202,6 @@ def judge(cfg: ApprovalsConfig, prompt: Prompt, *, cwd: str, pending: int) -> Ve
 def session_rule(cfg: ApprovalsConfig, tool: str, cwd: str) -> SessionRule | None:
     """The rule a session approval of ``tool`` adds, None when it may not have one (see the
     module docstring for why a file tool's is an Edit rule over the workspace)."""
-    # Here, not at the top: the translator package imports this module as it loads.
-    from codelegate.translator.summary import FILE_CHANGE_TOOLS
-
     if tool not in cfg.allow_session:
         return None
     if tool not in FILE_CHANGE_TOOLS:

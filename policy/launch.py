@@ -27,7 +27,6 @@ from codelegate.policy.modes import REQUEST_MODES, Mode, RequestMode, mode_for
 from codelegate.policy.request import RunRequest
 from codelegate.policy.session import check_resume, parse_session_id
 from codelegate.policy.workspace import resolve_workspace
-from codelegate.translator.control import opening
 
 __all__ = [
     "RUN_MARKER_VAR",
@@ -51,8 +50,9 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     argv: tuple[str, ...]
     cwd: str
     env: dict[str, str]
-    # The first stdin lines: ``initialize`` and the prompt as a user message (stdin stays open).
-    stdin: bytes
+    # The task as the request gave it: the daemon writes ``initialize`` and then it as a user
+    # message, the run's first stdin lines (translator.control.opening; stdin stays open).
+    task: str
     # The request's mode, which the run's record keeps (the CLI's is in ``argv``).
     mode: RequestMode
     # The credentials among ``env``'s values: the daemon masks them in all of the run's output.
@@ -133,7 +133,7 @@ def plan_launch(
         argv=argv,
         cwd=cwd,
         env=env,
-        stdin=opening(request.task),
+        task=request.task,
         mode=mode.request,
         secrets=secret_values(env),
     )

@@ -13,7 +13,10 @@ import msgspec
 
 from codelegate.policy.codes import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE
 from codelegate.policy.errors import PolicyError
-from codelegate.translator.frames import AGENT_IO_ID
+
+# The id syntax O Chat accepts for invocationId / parentToolCallId (chat-item-mapper.ts drops
+# invocation frames whose ids do not match): policy checks a request's, the translator its own.
+AGENT_IO_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}", re.ASCII)
 
 # JSON escapes can make a body several times larger than the task it carries, so the body bound
 # leaves room for that and for the other fields; the task itself is measured after decoding.

@@ -10,7 +10,8 @@ Walks the AST of every module of ``codelegate`` (imports in function bodies and 
   tests/policy/test_purity.py);
 - aiohttp is the serving layer's and the terminal client's alone;
 - the clients import nothing of the server, and the ``claude_code`` tool only the standard library;
-- the import graph has no circles, and no module is longer than :data:`MAX_LINES`.
+- the import graph has no circles, of modules nor of the three packages (``policy`` imports
+  nothing of ``translator``, which builds on it), and no module is longer than :data:`MAX_LINES`.
 """
 
 from __future__ import annotations
@@ -201,6 +202,18 @@ def test_the_tool_imports_only_the_standard_library(name: str) -> None:
 
 def test_the_import_graph_has_no_circles() -> None:
     assert circles(graph()) == []
+
+
+def test_the_packages_import_each_other_one_way_only() -> None:
+    # The three folders (``codelegate`` itself only names the public API: not a package here).
+    packages: dict[str, set[str]] = {f"codelegate.{folder}": set() for folder in FOLDERS}
+    for name, children in graph().items():
+        package = ".".join(name.split(".")[:2])
+        if package in packages:
+            packages[package].update(".".join(child.split(".")[:2]) for child in children)
+    assert (
+        circles({name: packages.keys() & edges - {name} for name, edges in packages.items()}) == []
+    )
 
 
 def test_the_circle_finder_finds_a_circle() -> None:

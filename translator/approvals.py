@@ -24,6 +24,7 @@ import msgspec
 
 from codelegate.policy.approvals import (
     DENIED_MESSAGE,
+    FILE_CHANGE_TOOLS,
     OFF_MESSAGE,
     QUESTION_TOOL,
     UNREADABLE_MESSAGE,
@@ -55,7 +56,7 @@ from codelegate.translator.prompts import (
     shown_questions,
 )
 from codelegate.translator.state import RunState
-from codelegate.translator.summary import FILE_CHANGE_TOOLS, changed_path
+from codelegate.translator.summary import changed_path
 from codelegate.translator.wire import ControlCancel, ControlRequest
 
 Decision = Literal["allow", "deny"]

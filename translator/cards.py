@@ -15,6 +15,7 @@ from typing import Final
 import msgspec
 
 import codelegate.translator.wire as wire
+from codelegate.policy.approvals import FILE_CHANGE_TOOLS
 from codelegate.translator.args import clean_args
 from codelegate.translator.frames import (
     ActivityStatus,
@@ -28,7 +29,6 @@ from codelegate.translator.inputs import NAME_CHARS
 from codelegate.translator.patch import creation_diff, unified_diff
 from codelegate.translator.state import TOOL_PREFIX, Card, RunState
 from codelegate.translator.summary import (
-    FILE_CHANGE_TOOLS,
     SUBAGENT_TOOLS,
     activity_texts,
     changed_path,

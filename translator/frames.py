@@ -8,15 +8,11 @@ frame carries only what applies to it. See DESIGN.md, "Frames".
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final, Literal
 
 import msgspec
 
 PROVIDER: Final = "claude_code"
-# The id syntax O Chat accepts for invocationId / parentToolCallId (chat-item-mapper.ts drops
-# invocation frames whose ids do not match): policy checks a request's, the translator its own.
-AGENT_IO_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,512}", re.ASCII)
 
 ToolStatus = Literal["in_progress", "completed", "failed"]
 ErrorType = Literal["tool_error", "permission_denied", "cancelled", "interrupted", "timeout"]

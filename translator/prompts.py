@@ -12,9 +12,8 @@ from typing import Any, Final
 
 import msgspec
 
-from codelegate.policy.approvals import Prompt, Verdict
+from codelegate.policy.approvals import FILE_CHANGE_TOOLS, Prompt, Verdict
 from codelegate.translator.frames import AskUserOption, AskUserQuestion, ProviderApproval
-from codelegate.translator.summary import FILE_CHANGE_TOOLS
 
 # A question's texts are the model's: bounded like a path or a name.
 QUESTION_CHARS: Final = 1024

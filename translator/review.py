@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from codelegate.policy.approvals import FILE_CHANGE_TOOLS
 from codelegate.translator.frames import Command, Frame, ToolCall, ToolResult
 from codelegate.translator.redact import clean_chars, clean_text
-from codelegate.translator.summary import FILE_CHANGE_TOOLS, changed_path
+from codelegate.translator.summary import changed_path
 
 CommandOutcome = Literal["completed", "failed", "denied"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Final, Literal
 
 import codelegate.translator.wire as wire
+from codelegate.policy.request import AGENT_IO_ID
 from codelegate.translator.frames import (
-    AGENT_IO_ID,
     PROVIDER,
     ActivityKind,
     Diagnostic,

@@ -10,9 +10,9 @@ import posixpath
 from collections.abc import Callable
 from typing import Any, Final
 
+from codelegate.policy.approvals import FILE_CHANGE_TOOLS
 from codelegate.translator.frames import ActivityKind, ActivityStatus
 
-FILE_CHANGE_TOOLS: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 SUBAGENT_TOOLS: Final = frozenset({"Task", "Agent"})
 
 _KINDS: Final[dict[str, ActivityKind]] = {

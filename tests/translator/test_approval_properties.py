@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from codelegate.policy.approvals import ApprovalsConfig, SessionRule
+from codelegate.policy.approvals import FILE_CHANGE_TOOLS, ApprovalsConfig, SessionRule
 from codelegate.policy.errors import PolicyError
 from codelegate.translator import Outcome, Translator
 from codelegate.translator.control import (
@@ -24,7 +24,6 @@ from codelegate.translator.control import (
     deny,
 )
 from codelegate.translator.frames import ApprovalNeeded, ApprovalResolved, AskUser, Frame
-from codelegate.translator.summary import FILE_CHANGE_TOOLS
 from tests.translator.helpers import CWD, assistant, context, init_line, line, tool_use
 
 # --- the guard ---------------------------------------------------------------------------------
