@@ -15,7 +15,7 @@ from typing import Final
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from codelegate.daemon.deliveries import Delivery
 from codelegate.policy.config import FanoutConfig, redacted_url
@@ -68,7 +68,8 @@ def connect(fanout: FanoutConfig, *, socket_timeout: float | None = None) -> Red
 
 
 def probe(fanout: FanoutConfig, timeout_s: float = 3.0) -> str:
-    """``codelegate doctor``: "" when Redis answers PING and XADD is known, else what failed."""
+    """``codelegate doctor``: "" when Redis answers PING, has streams and runs the append script
+    (a managed Redis or an ACL may refuse scripting), else what failed."""
 
     async def ping() -> str:
         client = connect(fanout, socket_timeout=timeout_s)
@@ -78,6 +79,11 @@ def probe(fanout: FanoutConfig, timeout_s: float = 3.0) -> str:
             version = str(info.get("redis_version", "0"))
             if int(version.partition(".")[0]) < 5:
                 return f"Redis {version} has no streams (5.0 or later is needed)"
+            # Loading caches the script and runs nothing: what the publisher does first.
+            try:
+                await client.script_load(APPEND_SCRIPT)
+            except ResponseError as exc:
+                return f"Redis refuses the append script ({exc}): fan-out needs EVALSHA"
             return ""
         except (RedisError, OSError, ValueError) as exc:
             return f"cannot reach Redis at {redacted_url(fanout.redis_url)}: {exc}"

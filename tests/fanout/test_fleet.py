@@ -183,6 +183,27 @@ def test_doctor_checks_the_redis_connection(
     assert secret not in out
 
 
+async def test_doctor_says_when_redis_refuses_the_append_script(
+    workspace: Path,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    redis: Redis,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A user that may do everything but scripting, as some managed Redis services have it.
+    password = secrets.token_hex(16)
+    await redis.execute_command(
+        "ACL", "SETUSER", "noscripts", "on", f">{password}", "~*", "&*", "+@all", "-@scripting"
+    )
+    url = redis_server.url.replace("redis://", f"redis://noscripts:{password}@")
+    config = _doctor_config(tmp_path / "noscripts.toml", workspace, url)
+    # In a thread: doctor runs its own event loop.
+    assert await asyncio.to_thread(doctor, str(config)) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM fanout.redis_url: Redis refuses the append script (" in out
+    assert password not in out
+
+
 @pytest.mark.e2e
 async def test_a_real_cli_run_is_on_redis_byte_equal_to_its_replay(
     claude_bin: str, tmp_path: Path, short_dir: Path, redis_server: RedisServer, redis: Redis
