@@ -4,8 +4,9 @@ Keys. Every frame of a run goes to the stream ``<prefix>:run:<run_id>`` under th
 ``<seq>-0`` with one field, ``frame`` = the frame's JSON (the bytes of the NDJSON replay). So
 ``XREAD … STREAMS <key> <after>-0`` is exactly ``after=``. The XADDs run inside Redis, in
 ``APPEND_SCRIPT`` (``daemon/fanout_redis.py``), which adds a frame only if it follows on from
-the stream's top: the entries are gapless by construction, and a frame published twice is
-skipped (publishing is idempotent). A run's first and last frames, once added, also add an
+the stream's top: the entries are gapless by construction (but where a capped run's store kept
+nothing and Redis missed it live), and a frame published twice is skipped (publishing is
+idempotent). A run's first and last frames, once added, also add an
 entry to ``<prefix>:runs``, the fleet's index, trimmed to about ``maxlen_runs`` runs, each entry
 once as well (``daemon/fanout_index.py``).
 
@@ -20,8 +21,9 @@ The store is the source of truth. When the backlog is full, when Redis is stoppe
 socket timeout) or gone, or when a run's frames do not follow on from what was queued, the run
 is marked *behind* and its live frames are no longer queued. Once Redis answers again, the
 worker catches each behind run up: it asks Redis for the stream's last id (``XREVRANGE … COUNT
-1``) and publishes what follows out of the store (``RunStore.frames_after`` also sees frames not
-yet written), until the store has nothing more; in that same step, with no await in between,
+1``) and publishes what follows out of the store, a page at a time and each frame under its
+own seq (``RunStore.frames_page`` also sees frames not yet written), until the store has
+nothing more; in that same step, with no await in between,
 the run's live frames are queued again. Nothing is lost, and a frame sent twice (a pipeline cut
 short, a frame both read from the store and handed out live) is skipped by Redis, not doubled.
 At start-up the worker compares the newest ``maxlen_runs`` runs of the store with their streams
@@ -56,6 +58,7 @@ _log = structlog.get_logger("codelegate.fanout")
 
 BACKLOG_MAX: Final = 200_000  # frames queued for Redis; beyond it runs are filled from the store
 CHUNK: Final = 256  # frames per pipeline: packing them holds the event loop (~5 us a frame)
+CATCH_UP_PAGE: Final = 16 * CHUNK  # frames read from the store at once when catching up
 GATHER_S: Final = 0.01  # frames wait this long for more to share their pipeline
 RETRY_MIN_S: Final = 0.05  # backoff between attempts while Redis is unreachable
 RETRY_MAX_S: Final = 2.0
@@ -269,9 +272,10 @@ class Publisher:
                 self._behind[d.run_id] = None
             raise
 
-    async def _send(self, chunk: Sequence[Delivery]) -> None:
+    async def _send(self, chunk: Sequence[Delivery], stored_after: int | None = None) -> None:
         """Append ``chunk`` (one script call per run) and the index entries owed, in one
-        pipeline; account for each answer.
+        pipeline; account for each answer. ``stored_after``: ``chunk`` is one run's frames the
+        store gave for the seqs after that one (see :func:`append_blob`).
 
         A run's index entries go out only once Redis has added its first (or last) frame, in
         the next pipeline: a frame sent twice is skipped, and so adds no second entry.
@@ -293,7 +297,7 @@ class Publisher:
                 pipe.execute_command(*entry.args)
             prefix = self.prefix
             for run_id, group in groups.items():
-                blob = append_blob(group)
+                blob = append_blob(group, stored_after)
                 pipe.execute_command("EVALSHA", APPEND_SHA, 1, stream_key(prefix, run_id), blob)
             answers = await pipe.execute(raise_on_error=False)
         except BaseException:
@@ -347,7 +351,9 @@ class Publisher:
         """Fill the run's stream from the store, from the last id Redis holds."""
         top, ended = await self._top(run_id)
         while True:
-            stored = await self._store.frames_after(run_id, top)
+            # A page at a time: a run far behind (a flood while Redis was away) is not read
+            # into memory whole.
+            stored = await self._store.frames_page(run_id, top, CATCH_UP_PAGE)
             if not stored:
                 # No await since the store answered: from here on live frames follow on.
                 del self._behind[run_id]
@@ -357,14 +363,15 @@ class Publisher:
                     self._queued[run_id] = top
                 return
             for start in range(0, len(stored), CHUNK):
-                page = stored[start : start + CHUNK]
-                chunk = [Delivery(run_id, top + 1 + i, data) for i, data in enumerate(page)]
+                # Each frame with its own seq: a capped run's stored seqs jump where it kept
+                # nothing ([limits] max_stored_frames).
+                chunk = [Delivery(run_id, seq, data) for seq, data in stored[start : start + CHUNK]]
                 final = chunk[-1]
                 ended = ends_run(final.data)
                 if ended:
                     chunk[-1] = Delivery(run_id, final.seq, final.data, True)
-                await self._send(chunk)
-                top += len(page)
+                await self._send(chunk, stored_after=top)
+                top = final.seq
 
     async def _scan(self) -> None:
         """At start-up: mark behind the newest runs of the store whose stream lacks frames, and

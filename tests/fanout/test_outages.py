@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 from redis.asyncio import Redis
 
@@ -109,6 +110,40 @@ async def test_a_daemon_restarted_catches_up_the_runs_redis_missed(
         assert sorted((e["run_id"], e["status"]) for e in await index(redis)) == sorted(
             (run_id, status) for run_id in runs for status in ("running", "completed")
         )
+    finally:
+        await stop_daemon(second)
+
+
+async def test_a_capped_run_far_behind_is_caught_up_page_by_page_under_its_own_seqs(
+    config: Config,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    redis: Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Pages far smaller than the run, and a store that keeps only part of it: its stored seqs
+    # jump from its first frames to its closing ones.
+    monkeypatch.setattr(codelegate.daemon.fanout, "CATCH_UP_PAGE", 64)
+    raw = msgspec.to_builtins(config)
+    raw["limits"]["max_stored_frames"] = 1000
+    capped = msgspec.convert(raw, Config)
+    first = await start_daemon(capped, tmp_path)
+    try:
+        redis_server.kill()
+        run_id = await post(first, "chatty n=1500 pad=50\nwork")
+        await wait_done(first, run_id)
+    finally:
+        await stop_daemon(first)  # Redis is gone: the frames are only in the store
+    await asyncio.to_thread(redis_server.start)
+    second = await start_daemon(capped, tmp_path)  # the same store
+    try:
+        await settled(second)
+        stored = await replay(second, run_id)  # what the store kept, from a fresh daemon
+        seqs = [msgspec.json.decode(line)["seq"] for line in stored]
+        assert len(seqs) < seqs[-1]  # the store skipped frames: the seqs jump
+        assert await stream(redis, run_id) == [
+            (f"{seq}-0".encode(), line) for seq, line in zip(seqs, stored, strict=True)
+        ]
     finally:
         await stop_daemon(second)
 
