@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
@@ -110,7 +110,7 @@ class Approvals:
                 _log.warning("approval_line_not_written", reason="stdin closed")
         for asked in translator.approvals.take_asked():
             self._asked(run, asked)
-        self.track(run, frames)
+        self.track(run, frames, translator.approvals.take_denied())
 
     def _asked(self, run: Run, asked: Asked) -> None:
         key = (run.run_id, asked.request_id)
@@ -122,11 +122,20 @@ class Approvals:
         self._timers[key] = loop.call_later(delay, self._expire, run, asked.request_id)
         _log.info("approval_asked", request_id=asked.request_id, kind=asked.kind, tool=asked.tool)
 
-    def track(self, run: Run, frames: Iterable[Frame], **answer: str | None) -> None:
-        """Bring the rows in step with the ``approval_resolved`` frames among ``frames``."""
+    def track(
+        self,
+        run: Run,
+        frames: Iterable[Frame],
+        said: Mapping[str, str] | None = None,
+        /,
+        **answer: str | None,
+    ) -> None:
+        """Bring the rows in step with the ``approval_resolved`` frames among ``frames``
+        (``said``: the messages policy's denies among them gave the model, by request id)."""
         for frame in frames:
             if isinstance(frame, ApprovalResolved):
-                self._resolved(run, frame, answer)
+                message = said.get(frame.request_id) if said else None
+                self._resolved(run, frame, answer if message is None else {"message": message})
 
     def _resolved(self, run: Run, frame: ApprovalResolved, answer: dict[str, str | None]) -> None:
         key = (run.run_id, frame.request_id)

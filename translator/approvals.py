@@ -107,6 +107,7 @@ class ApprovalRules:
         self._uses: dict[str, str] = {}  # ours -> the CLI's tool_use id (its card)
         self._control_out: list[bytes] = []
         self._asked_out: list[Asked] = []
+        self._denied_out: dict[str, str] = {}  # request id -> what policy's deny told the model
 
     # --- the public API (with the Translator's) ------------------------------------------------
 
@@ -123,6 +124,12 @@ class ApprovalRules:
     def take_asked(self) -> list[Asked]:
         """Requests put to a person since the last call (the daemon stores them, starts timers)."""
         out, self._asked_out = self._asked_out, []
+        return out
+
+    def take_denied(self) -> dict[str, str]:
+        """What policy's denies since the last call told the model, by request id (for the
+        daemon's approvals rows: the ``approval_resolved`` frame carries no message)."""
+        out, self._denied_out = self._denied_out, {}
         return out
 
     def resolve(
@@ -232,6 +239,7 @@ class ApprovalRules:
         if not verdict.ask:
             message = verdict.deny_message or UNREADABLE_MESSAGE
             self._control_out.append(deny(cli_id, message))
+            self._denied_out[request_id] = message
             self.cards.mark_denied(body.tool_use_id, message, prompt.tool_name)
             self.s.frame(
                 ApprovalResolved,

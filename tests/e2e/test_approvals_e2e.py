@@ -8,6 +8,7 @@ import secrets
 import pytest
 
 from codelegate.daemon.serving.state import CONFIG, manager_of
+from codelegate.policy.approvals import NOT_ASKABLE_MESSAGE
 from tests.e2e.approvals import ON, asking, card_result, of_type
 from tests.e2e.conftest import E2E, frames_until, is_run_result, next_frame
 from tests.stub.anthropic import Turn, text, tool
@@ -208,6 +209,10 @@ async def test_a_tool_outside_ask_is_denied_by_policy_at_once_and_listed(e2e: E2
     assert not (e2e.workspace / "made.txt").exists()
     _, listed = await e2e.get(f"/v1/runs/{run_id}/approvals")
     assert [(r["decision"], r["by"]) for r in listed["approvals"]] == [("deny", "policy")]
+    # The row says what the model was told, as the card's result does.
+    (row,) = listed["approvals"]
+    assert row["message"] == NOT_ASKABLE_MESSAGE
+    assert NOT_ASKABLE_MESSAGE in card_result(frames, resolved["tool_id"])["result"]
 
 
 async def test_with_approvals_off_a_prompt_is_denied_as_before_and_no_approval_frame_goes_out(

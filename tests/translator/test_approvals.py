@@ -307,7 +307,11 @@ def test_a_tool_outside_ask_is_denied_at_once_with_one_approval_resolved_by_poli
     assert resolved["request_id"] == resolved["id"]
     assert resolved["tool"] == "Bash"
     (deny,) = translator.approvals.take_control()
-    assert "does not let anyone approve" in json.loads(deny)["response"]["response"]["message"]
+    message = json.loads(deny)["response"]["response"]["message"]
+    assert "does not let anyone approve" in message
+    # The daemon's approvals row gets what the model was told; taken once.
+    assert translator.approvals.take_denied() == {resolved["request_id"]: message}
+    assert translator.approvals.take_denied() == {}
     assert translator.approvals.take_asked() == []
     assert translator.approvals.pending == {}
 
