@@ -215,9 +215,16 @@ class Relay:
                 return
             self._acknowledge()
             if self._record is not None:
-                self._record(frame)
+                entry = frame
+                if kind == "tool_result" and "name" in frame:
+                    # ConnectOnion's audit record (approvals.record_tool) takes every named
+                    # tool_result of the trace for a call the agent made; Claude Code's inner
+                    # tools are not the agent's, and its own claude_code tool names none. The
+                    # card keeps the name its tool_call gave it.
+                    entry = {k: v for k, v in frame.items() if k != "name"}
+                self._record(entry)
                 if self._live is not None:
-                    self._live(frame)
+                    self._live(entry)
             elif self._log is not None:
                 self._log(kind, **{k: v for k, v in frame.items() if k != "type"})
             if self._print is not None:

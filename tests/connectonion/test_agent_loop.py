@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,6 +30,19 @@ def is_card(event: dict[str, Any], kind: str, name: str) -> bool:
     return event.get("type") == kind and event.get("name") == f"Claude Code › {name}"
 
 
+def result_of(name: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether an event is the tool_result of a card whose tool_call named ``name`` (events are
+    seen in order: the call first; a result names no tool)."""
+    ids: set[str] = set()
+
+    def seen(event: dict[str, Any]) -> bool:
+        if is_card(event, "tool_call", name):
+            ids.add(event["tool_id"])
+        return event.get("type") == "tool_result" and event.get("tool_id") in ids
+
+    return seen
+
+
 def is_invocation(status: str) -> Any:
     return lambda event: (
         event.get("type") == "provider_invocation"
@@ -45,6 +59,10 @@ async def test_cards_reach_the_agents_io_live_and_the_model_reviews_the_diff_fro
     loop: Loop,
 ) -> None:
     workspace = loop.e2e.workspace
+    # The agent keeps its audit record (ConnectOnion's approvals.jsonl) here.
+    record = loop.e2e.home / "record"
+    record.mkdir()
+    loop.agent.record_dir = record
     hold = asyncio.Event()
     loop.e2e.stub.main.turns = [
         tool("Read", file_path=str(workspace / "hello.py")),
@@ -64,7 +82,7 @@ async def test_cards_reach_the_agents_io_live_and_the_model_reviews_the_diff_fro
     asking = asyncio.ensure_future(loop.ask("Make hello.py greet 'there'."))
 
     # While Claude Code still works (its last answer is held), the agent's IO has the cards.
-    ran = await loop.until(lambda e: is_card(e, "tool_result", "Bash"))
+    ran = await loop.until(result_of("Bash"))
     assert ran["status"] == "completed"
     assert ran["invocationId"] == INVOCATION
     assert not any(is_tool_result_of_claude_code(e) for e in loop.events())
@@ -113,6 +131,9 @@ async def test_cards_reach_the_agents_io_live_and_the_model_reviews_the_diff_fro
     params = set(schema["function"]["parameters"]["properties"])
     assert {"prompt", "session_id", "cwd", "model", "timeout"} <= params
     assert "mode" not in params
+    # The agent's audit record holds its own one tool call, not Claude Code's inner ones.
+    audited = [json.loads(line) for line in (record / "approvals.jsonl").read_text().splitlines()]
+    assert [(entry["tool"], entry["decision"]) for entry in audited] == [("claude_code", "done")]
     # The agent's trace holds the Work Room's invocation, ended, with the session to resume.
     trace = loop.agent.current_session["trace"]
     ended = [e for e in trace if is_invocation("completed")(e)]
