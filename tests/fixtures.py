@@ -71,17 +71,30 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
+@contextmanager
+def log_lines() -> Iterator[io.StringIO]:
     """The daemon's logging configured as ``serve`` does, into this stream; restored after."""
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     stream = io.StringIO()
     logs.configure(level="info", stream=stream)
-    yield stream
-    structlog.reset_defaults()
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
+    # serve lets each module logger (``_log = structlog.get_logger(…)``) keep what it was bound to
+    # on first use. Here that would be this stream for the rest of the session: a later test's
+    # capture (log_lines again, structlog.testing.capture_logs) would not see those modules.
+    structlog.configure(cache_logger_on_first_use=False)
+    try:
+        yield stream
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """:func:`log_lines` for one test."""
+    with log_lines() as stream:
+        yield stream
 
 
 @pytest.fixture
