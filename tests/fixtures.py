@@ -23,6 +23,7 @@ import structlog
 from codelegate.daemon import logs
 from codelegate.daemon.supervision.procs import become_subreaper, reap_orphans
 from tests.conftest import pinned_claude, unavailable
+from tests.contract.ochat import Show, normalizer
 from tests.e2e.conftest import E2E, e2e_config, workspace_tree
 from tests.stub.anthropic import Stub, serve_stub
 
@@ -61,6 +62,13 @@ def claude_bin() -> str:
     if path is None:
         unavailable("the pinned Claude Code CLI is not installed (run `make test`)")
     return path
+
+
+@pytest.fixture(scope="session")
+def show() -> Show:
+    """O Chat's own normalizer: ``show(feed, …)`` gives its items after each frame of each feed
+    (tests/contract/ochat.py); the test is skipped without it (failed on CI)."""
+    return normalizer()
 
 
 @pytest.fixture
