@@ -11,7 +11,7 @@ from codelegate.policy.config import Config
 from codelegate.policy.errors import ConfigError, PolicyError
 from codelegate.policy.launch import build_argv, resolve_mode
 from codelegate.policy.settings import MAX_SETTINGS_BYTES, refused_settings, settings_json
-from tests.policy.conftest import make_config
+from tests.policy.conftest import flag_values, make_config
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
 SANDBOX = """
@@ -37,8 +37,8 @@ def argv_of(config: Config) -> tuple[str, ...]:
 
 def test_the_operators_settings_reach_the_cli_as_one_json_argument() -> None:
     argv = argv_of(with_settings(SANDBOX))
-    (at,) = [i for i, arg in enumerate(argv) if arg == "--settings"]
-    assert json.loads(argv[at + 1]) == {
+    (settings,) = flag_values(argv, "--settings")
+    assert json.loads(settings) == {
         "env": {"NO_PROXY": "localhost"},
         "model": "sonnet",
         "sandbox": {
@@ -48,8 +48,7 @@ def test_the_operators_settings_reach_the_cli_as_one_json_argument() -> None:
         },
     }
     # Still no settings file: the sources stay empty, whatever the operator's settings say.
-    (sources,) = [i for i, arg in enumerate(argv) if arg == "--setting-sources"]
-    assert argv[sources + 1] == ""
+    assert flag_values(argv, "--setting-sources") == [""]
 
 
 def test_without_settings_no_settings_argument_is_passed() -> None:
