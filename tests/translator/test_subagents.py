@@ -20,8 +20,6 @@ from tests.translator.helpers import (
     tool_use,
 )
 
-ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
-
 
 def test_subagent_lines_carry_parent_tool_id() -> None:
     frames = run(
