@@ -83,7 +83,7 @@ class Sandbox(CliSandbox):
         """Run the CLI once against the scenario's stub (served by ``capture``)."""
         env = {"PATH": CAPTURE_PATH, **(env or {})}
         return await self.launch(
-            self.stub.url, prompt, extra=extra, env=env, time_limit=90.0, **session
+            self.stub.url, prompt, extra_args=extra, env=env, time_limit=90.0, **session
         )
 
 
