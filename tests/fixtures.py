@@ -23,6 +23,7 @@ import structlog
 from codelegate.daemon import logs
 from codelegate.daemon.supervision.procs import become_subreaper, reap_orphans
 from tests.conftest import pinned_claude, unavailable
+from tests.contract.ochat import Show, normalizer
 from tests.e2e.conftest import E2E, e2e_config, workspace_tree
 from tests.stub.anthropic import Stub, serve_stub
 
@@ -63,6 +64,13 @@ def claude_bin() -> str:
     return path
 
 
+@pytest.fixture(scope="session")
+def show() -> Show:
+    """O Chat's own normalizer: ``show(feed, …)`` gives its items after each frame of each feed
+    (tests/contract/ochat.py); the test is skipped without it (failed on CI)."""
+    return normalizer()
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     """A workspace root ``<tmp>/ws`` with a ``sub`` folder, for daemons with the fake CLI."""
@@ -71,17 +79,30 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
+@contextmanager
+def log_lines() -> Iterator[io.StringIO]:
     """The daemon's logging configured as ``serve`` does, into this stream; restored after."""
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     stream = io.StringIO()
     logs.configure(level="info", stream=stream)
-    yield stream
-    structlog.reset_defaults()
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
+    # serve lets each module logger (``_log = structlog.get_logger(…)``) keep what it was bound to
+    # on first use. Here that would be this stream for the rest of the session: a later test's
+    # capture (log_lines again, structlog.testing.capture_logs) would not see those modules.
+    structlog.configure(cache_logger_on_first_use=False)
+    try:
+        yield stream
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """:func:`log_lines` for one test."""
+    with log_lines() as stream:
+        yield stream
 
 
 @pytest.fixture

@@ -1,9 +1,8 @@
 """The frames of real CLI runs, as O Chat shows them: through O Chat's own normalizer.
 
 O Chat renders frames with ``mapEventToChatItem`` of ``@connectonion/react``, a fail-closed
-normalizer that silently drops what breaks its rules. A copy bundled for node lives beside the
-checkout (``../shared/reference/connectonion-react/``, never copied into the project);
-``ochat_items.cjs`` feeds it frames as O Chat's ``RemoteAgent`` does (upsert by id). The frames
+normalizer that silently drops what breaks its rules; ``show`` (tests/contract/ochat.py) runs
+it on frames as O Chat's ``RemoteAgent`` feeds it. The frames
 are the translator's for the transcripts captured from the real CLI, and the assertions are what
 a user sees in the Work Room: rows in opening order at every step, no raw command or path in a
 row, every assistant message once, the final answer, the same items after a reconnect, and a
@@ -13,9 +12,7 @@ follow-up run under the same parent tool call.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,49 +21,13 @@ import pytest
 
 from codelegate.translator import Outcome, RunContext, Translator
 from codelegate.translator.frames import Frame, encode_frame
-from tests.conftest import unavailable
+from tests.contract.ochat import Items, Show
 from tests.translator.helpers import CWD
 from tests.translator.test_golden import CASES, SETS, _launch, _manifest
 
-ROOT = Path(__file__).resolve().parents[2]
-MAPPER = ROOT.parent / "shared" / "reference" / "connectonion-react" / "mapper.bundle.cjs"
-DRIVER = Path(__file__).with_name("ochat_items.cjs")
 INVOCATION = "claude_code:call_1"  # the parent tool call of tests.translator.helpers.context
 # Tool arguments that name a command or a path: none may reach a Work Room row.
 RAW_KEYS = ("command", "file_path", "notebook_path", "path", "pattern", "url", "description")
-
-Items = list[dict[str, Any]]
-Show = Callable[..., list[list[Items]]]
-
-
-@pytest.fixture(scope="module")
-def show() -> Show:
-    """``show(feed, …)``: for each feed of frames, O Chat's items after each frame."""
-    node = shutil.which("node")
-    missing = None
-    if not MAPPER.exists():
-        missing = "O Chat's normalizer is not beside the checkout (../shared/reference/"
-        missing += "connectonion-react/mapper.bundle.cjs)"
-    elif node is None:
-        missing = "node is not on PATH (O Chat's normalizer runs in node)"
-    if missing is not None:
-        unavailable(missing)
-    assert node is not None
-
-    def run(*feeds: Sequence[Frame]) -> list[list[Items]]:
-        texts = [[encode_frame(frame).decode() for frame in feed] for feed in feeds]
-        done = subprocess.run(
-            [node, str(DRIVER), str(MAPPER)],
-            input=json.dumps({"feeds": texts}),
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        out: list[list[Items]] = json.loads(done.stdout)["feeds"]
-        return out
-
-    return run
 
 
 def _translate(ctx: RunContext, data: bytes, outcome: Outcome) -> tuple[list[Frame], Translator]:

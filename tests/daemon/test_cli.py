@@ -17,7 +17,9 @@ from codelegate.daemon.clients.tool import socket_path, state_dir
 from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 from codelegate.translator import RunContext, translate_transcript
 from tests.conftest import REFERENCE
+from tests.daemon.conftest import Daemon
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
+from tests.fixtures import log_lines
 
 
 def test_translate_matches_the_translator(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
@@ -153,6 +155,31 @@ def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:
     assert event["level"] == "info"
     assert PLANTED_SECRET not in lines[0]
     assert "abc.def.ghi" not in lines[0]
+
+
+async def test_a_run_in_this_process_logs_its_lines_to_the_log_stream_with_its_run_id(
+    log_stream: io.StringIO, daemon: Daemon
+) -> None:
+    # The daemon's module loggers, not a fresh one: what a later test's capture must see too.
+    resp = await daemon.post_run("hello", wait=True)
+    run_id = (await resp.json())["run_id"]
+    events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    assert [e["event"] for e in events if e.get("run_id") == run_id][-1] == "run_finished"
+
+
+def test_each_log_capture_sees_a_daemon_modules_lines_whatever_captured_them_before() -> None:
+    # A module logger used under one capture must not stay bound to it (the order of tests).
+    from codelegate.daemon.serving import server
+
+    captured = []
+    for _ in range(2):
+        with log_lines() as stream:
+            server._log.info("probe")
+        captured.append(stream.getvalue())
+    with structlog.testing.capture_logs() as events:
+        server._log.info("probe")
+    assert ['"probe"' in lines for lines in captured] == [True, True]
+    assert [e["event"] for e in events] == ["probe"]
 
 
 def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:

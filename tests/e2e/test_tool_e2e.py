@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from codelegate.daemon.clients import tool as thin_tool
+from tests.contract.ochat import Show
 from tests.e2e.conftest import E2E, frames_until, is_run_result
 from tests.procfs import marked_processes
 from tests.stub.anthropic import Turn, text, tool
@@ -18,50 +19,12 @@ pytestmark = pytest.mark.e2e
 
 O_CHAT_STATUSES = {"starting", "running", "awaiting_approval", "completed", "failed", "cancelled"}
 O_CHAT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,512}$")
-# DESIGN.md, "What O Chat accepts": the only texts its Work Room shows.
-ACTIVITY_TEXTS = {
-    "file_change": (
-        "Update workspace files",
-        {
-            "Preparing workspace file changes",
-            "Workspace files updated",
-            "Workspace file change failed",
-        },
-    ),
-    "inspect": (
-        "Inspect the workspace",
-        {
-            "Inspecting workspace context",
-            "Workspace inspection completed",
-            "Workspace inspection failed",
-        },
-    ),
-    "search": (
-        "Search for context",
-        {"Searching for relevant context", "Context search completed", "Context search failed"},
-    ),
-    "command": (
-        "Run a workspace command",
-        {
-            "Running a workspace command",
-            "Completed a workspace command",
-            "A workspace command failed",
-        },
-    ),
-    "tool": (
-        "Use a provider tool",
-        {"Using a provider tool", "Provider tool completed", "Provider tool failed"},
-    ),
-}
-INVOCATION_TEXTS = {
-    "taskTitle": {"Complete the requested task"},
-    "currentSummary": {"Working in the selected workspace"},
-    "resultSummary": {"The provider completed its run"},
-    "errorSummary": {"The provider reported an error", "The provider stopped"},
-}
+# The texts of the Work Room (taskTitle…, an activity's title and summary) are O Chat's
+# allowlists: what its normalizer keeps of a frame is the oracle, not a copy of the lists.
+INVOCATION_TEXTS = ("taskTitle", "currentSummary", "resultSummary", "errorSummary")
 
 
-def assert_o_chat_accepts(frames: list[dict[str, Any]]) -> None:
+def assert_o_chat_accepts(show: Show, frames: list[dict[str, Any]]) -> None:
     """The rules of O Chat's fail-closed normalizer, which silently drops what breaks them."""
     for frame in frames:
         assert O_CHAT_ID.match(frame["invocationId"])
@@ -75,12 +38,19 @@ def assert_o_chat_accepts(frames: list[dict[str, Any]]) -> None:
             assert frame["provider"] == "claude_code"
             assert frame["status"] in O_CHAT_STATUSES
             assert frame["permissionMode"] in ("manual", "auto_approve")
-            for key, allowed in INVOCATION_TEXTS.items():
-                assert frame.get(key) is None or frame[key] in allowed, key
+    # After each frame, the Work Room shows that frame's texts: none was dropped.
+    (steps,) = show(frames)
+    for n, (frame, items) in enumerate(zip(frames, steps, strict=True), 1):
+        [room] = [i for i in items if i.get("id") == frame["invocationId"]]
+        if frame["type"] == "provider_invocation":
+            for key in INVOCATION_TEXTS:
+                assert room.get(key) == frame.get(key), (n, key)
         if frame["type"] == "provider_activity":
-            title, summaries = ACTIVITY_TEXTS[frame["kind"]]
-            assert frame["title"] == title
-            assert frame["summary"] in summaries
+            [row] = [r for r in room["activities"] if r["id"] == frame["activityId"]]
+            assert (row["title"], row["summary"]) == (frame["title"], frame["summary"]), n
+    # One title for each kind of row, and a different one for each kind.
+    titles = {(f["kind"], f["title"]) for f in frames if f["type"] == "provider_activity"}
+    assert len(titles) == len(dict(titles)) == len(set(dict(titles).values()))
 
 
 class FakeAgent:
@@ -103,7 +73,7 @@ async def call_tool(
 
 
 async def test_tool_call_nests_frames_under_the_parent_and_resumes(
-    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch, show: Show
 ) -> None:
     e2e.stub.main.turns = [
         tool("Read", file_path=e2e.path("hello.py")),
@@ -127,7 +97,7 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
 
     async with e2e.ws(result["run_id"]) as ws:
         frames = await frames_until(ws, is_run_result)
-    assert_o_chat_accepts(frames)
+    assert_o_chat_accepts(show, frames)
     assert all(f["invocationId"] == "claude_code:call_01" for f in frames)
     assert all(f["parentToolCallId"] == "call_01" for f in frames)
     invocations = [f for f in frames if f["type"] == "provider_invocation"]
@@ -173,7 +143,7 @@ async def test_tool_call_nests_frames_under_the_parent_and_resumes(
     assert "Make hello.py say hello there." in e2e.stub.requests_of("main")[-1].history_text()
     async with e2e.ws(again["run_id"]) as ws:
         follow_up = await frames_until(ws, is_run_result)
-    assert_o_chat_accepts(follow_up)
+    assert_o_chat_accepts(show, follow_up)
     # O Chat ignores a revision at or below the one it shows, and sorts rows by sequence.
     later = [f["stateRevision"] for f in follow_up if f["type"] == "provider_invocation"]
     assert later == sorted(set(later))

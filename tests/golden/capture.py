@@ -83,7 +83,7 @@ class Sandbox(CliSandbox):
         """Run the CLI once against the scenario's stub (served by ``capture``)."""
         env = {"PATH": CAPTURE_PATH, **(env or {})}
         return await self.launch(
-            self.stub.url, prompt, extra=extra, env=env, time_limit=90.0, **session
+            self.stub.url, prompt, extra_args=extra, env=env, time_limit=90.0, **session
         )
 
 
@@ -252,42 +252,56 @@ scenario(
     _subagent_reads(),
 )(one_run("Use a background subagent to find out what hello.py prints."))
 
-scenario(
+# The operator rule under which the ticker runs without asking (acceptEdits asks for python3).
+RUN_PYTHON = ["--allowed-tools", "Bash(python3:*)"]
+
+
+def _ticker(
+    name: str,
+    shows: str,
+    ticks: tuple[int, str],
+    prompt: str,
+    replies: list[str],
+    **bash: object,
+) -> None:
+    """A scenario whose one Bash call runs SLOW_PY: ``ticks`` is (half seconds, description)."""
+    n, description = ticks
+    scenario(
+        name,
+        shows,
+        lambda sb: [
+            tool("Bash", command=SLOW_PY.format(n=n), description=description, **bash),
+            *map(text, replies),
+        ],
+    )(one_run(prompt, extra=RUN_PYTHON))
+
+
+_ticker(
     "bash_background",
     "Bash with run_in_background (python3 allowed by an operator rule): task_started local_bash, "
     "the immediate 'running in background' tool_result, a first result, then task_notification, "
     "a second init and a second result",
-    lambda sb: [
-        tool(
-            "Bash",
-            command=SLOW_PY.format(n=3),
-            description="Tick three times",
-            run_in_background=True,
-        ),
-        text("The ticker runs in the background."),
-        text("The ticker finished."),
-    ],
-)(one_run("Run the ticker in the background.", extra=["--allowed-tools", "Bash(python3:*)"]))
-
-scenario(
+    (3, "Tick three times"),
+    "Run the ticker in the background.",
+    ["The ticker runs in the background.", "The ticker finished."],
+    run_in_background=True,
+)
+_ticker(
     "bash_slow",
     "a foreground Bash of ~3 s: task_started / task_notification with task_type local_bash and "
     "the Bash tool_use_id, before the Bash tool_result (which closes the card)",
-    lambda sb: [
-        tool("Bash", command=SLOW_PY.format(n=6), description="Tick six times"),
-        text("Ticked six times."),
-    ],
-)(one_run("Run the ticker.", extra=["--allowed-tools", "Bash(python3:*)"]))
-
-scenario(
+    (6, "Tick six times"),
+    "Run the ticker.",
+    ["Ticked six times."],
+)
+_ticker(
     "bash_heartbeat",
     "a foreground Bash of ~32 s: one tool_progress heartbeat line after 30 s (tool_use_id "
     "'<Bash id>-heartbeat-0', parent_tool_use_id = the Bash tool_use id, elapsed_time_seconds)",
-    lambda sb: [
-        tool("Bash", command=SLOW_PY.format(n=64), description="Tick for 32 seconds"),
-        text("Done ticking."),
-    ],
-)(one_run("Run the long ticker.", extra=["--allowed-tools", "Bash(python3:*)"]))
+    (64, "Tick for 32 seconds"),
+    "Run the long ticker.",
+    ["Done ticking."],
+)
 
 scenario(
     "env_dump",

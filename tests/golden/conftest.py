@@ -30,36 +30,31 @@ class CliSandbox:
     def path(self, name: str) -> str:
         return str(self.workspace / name)
 
-    async def launch(
-        self,
-        url: str,
-        prompt: str,
-        *,
-        extra: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        time_limit: float = 60.0,
-        **session: Unpack[Session],
-    ) -> ClaudeRun:
-        """Run the CLI once against the stub served at ``url``."""
+    def _env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What the CLI's environment gets in this sandbox: its TMPDIR, then ``env``."""
         own = {} if self.tmp is None else {"TMPDIR": str(self.tmp)}
+        return {**own, **(env or {})}
+
+    async def launch(
+        self, url: str, prompt: str, *, env: Mapping[str, str] | None = None, **options: Any
+    ) -> ClaudeRun:
+        """Run the CLI once in this sandbox against the stub served at ``url`` (``options``:
+        those of ``run_claude``)."""
         return await run_claude(
             self.claude,
             url,
             prompt,
             workspace=self.workspace,
             home=self.home,
-            extra_args=extra,
-            env={**own, **(env or {})},
-            time_limit=time_limit,
-            **session,
+            env=self._env(env),
+            **options,
         )
 
     async def control(self, url: str, **options: Any) -> ControlSession:
         """The CLI started with stdin open against the stub served at ``url`` (``options``: those
         of ``ControlSession.start``)."""
-        own = {} if self.tmp is None else {"TMPDIR": str(self.tmp)}
         return await ControlSession.start(
-            self.claude, url, workspace=self.workspace, home=self.home, env=own, **options
+            self.claude, url, workspace=self.workspace, home=self.home, env=self._env(), **options
         )
 
     async def run(
@@ -73,7 +68,7 @@ class CliSandbox:
     ) -> ClaudeRun:
         """Serve ``stub`` and run the CLI once against it."""
         async with serve_stub(stub):
-            return await self.launch(stub.url, prompt, extra=extra, env=env, **session)
+            return await self.launch(stub.url, prompt, extra_args=extra, env=env, **session)
 
     async def script(self, turns: Iterable[Turn], prompt: str = "Do the task.") -> ClaudeRun:
         return await self.run(Stub(turns), prompt)

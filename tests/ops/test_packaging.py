@@ -1,17 +1,20 @@
 """Installed, the project is one import name: ``codelegate``, and the tool needs nothing else.
 
-The wheel is built offline from the checkout (the test extras carry the setuptools it needs) and
-installed with ``--no-deps`` into a bare venv: what an agent's venv gets from ``pip install``.
+The wheel is built offline from a copy of the checkout (the test extras carry the setuptools it
+needs) and installed with ``--no-deps`` into a bare venv: what an agent's venv gets from ``pip
+install``. setuptools builds in the source tree (``build/``, ``*.egg-info``), hence the copy.
 The development venv holds python-daemon, whose top-level ``daemon`` must stay its own.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -20,10 +23,31 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
+# What the wheel is built from: the project file, its readme, and the one import name with the
+# three folders its symlinks point at (copied as links, so they point into the copy).
+SOURCES = ("pyproject.toml", "README.md", "codelegate", "daemon", "translator", "policy")
+
+
+class Built(NamedTuple):
+    wheel: Path
+    new_in_checkout: set[str]  # top-level names the build left in the checkout
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    before = {p.name for p in ROOT.iterdir()}
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    source = tmp_path_factory.mktemp("source")
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(
+                ROOT / name,
+                source / name,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
+        else:
+            shutil.copy2(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--quiet"]
     subprocess.run(
         [
@@ -33,14 +57,23 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-index",
             "--wheel-dir",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
-        cwd=build,
+        cwd=source,
         capture_output=True,
     )
     [found] = out.glob("codelegate-*.whl")
-    return found
+    return Built(found, {p.name for p in ROOT.iterdir()} - before)
+
+
+@pytest.fixture(scope="module")
+def wheel(built: Built) -> Path:
+    return built.wheel
+
+
+def test_building_the_wheel_leaves_nothing_in_the_checkout(built: Built) -> None:
+    assert built.new_in_checkout == set()
 
 
 def _isolated(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:

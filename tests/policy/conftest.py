@@ -19,6 +19,11 @@ def make_config(extra: str = "", *, roots: tuple[str, ...] = (ROOT,)) -> Config:
     return parse_config(text.encode(), SOURCE)
 
 
+def flag_values(argv: tuple[str, ...], flag: str) -> list[str]:
+    """The value after each ``flag`` in ``argv``, in order."""
+    return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == flag]
+
+
 @pytest.fixture
 def config() -> Config:
     return make_config()

@@ -16,6 +16,7 @@ from codelegate.policy.config import (
     socket_mode_bits,
 )
 from codelegate.policy.errors import ConfigError
+from codelegate.policy.settings import MAX_SETTINGS_BYTES
 from tests.policy.conftest import ROOT, SOURCE, make_config
 
 FULL = b"""
@@ -215,6 +216,69 @@ REFUSED = [
     ),
     ('[policy]\nworkspaces = ["/a"]\n[claude]\nmodel = "x"', "claude.model", "allowed_models"),
     ('[policy]\nworkspaces = ["/a\\u0000b"]', "policy.workspaces[0]", "NUL"),
+    # [claude.settings] (policy/settings.py), refused like every other key
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.permissions]\nallow = ["Bash"]',
+        "claude.settings.permissions",
+        "[policy]",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n'
+        '[claude.settings.permissions]\nadditionalDirectories = ["/"]',
+        "claude.settings.permissions",
+        "workspaces",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings]\nenv = "X=1"',
+        "claude.settings.env",
+        "table",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.env]\nDEBUG = 1',
+        "claude.settings.env.DEBUG",
+        "text value; got int",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.env]\nANTHROPIC_API_KEY = "sk-ant-x"',
+        "claude.settings.env.ANTHROPIC_API_KEY",
+        "daemon's environment",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.env]\nanthropic_auth_token = "x"',
+        "claude.settings.env.anthropic_auth_token",
+        "daemon's environment",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.env]\nNODE_OPTIONS = "-r x"',
+        "claude.settings.env.NODE_OPTIONS",
+        "load code",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.env]\nLD_PRELOAD = "/x.so"',
+        "claude.settings.env.LD_PRELOAD",
+        "load code",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.env]\nCLAUDE_CODE_SAFE_MODE = "0"',
+        "claude.settings.env.CLAUDE_CODE_SAFE_MODE",
+        "set by codelegate",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings.env]\nCLAUDE_CODE_USE_BEDROCK = "1"',
+        "claude.settings.env.CLAUDE_CODE_USE_BEDROCK",
+        "enable_bedrock",
+    ),
+    # Each string alone is harmless; read as one argument they spell a bypass flag.
+    (
+        '[policy]\nworkspaces = ["/a"]\n[claude.settings]\na = "skip"\npermissionz = 1',
+        "claude.settings",
+        "bypass",
+    ),
+    (
+        f'[policy]\nworkspaces = ["/a"]\n[claude.settings]\nnote = "{"x" * MAX_SETTINGS_BYTES}"',
+        "claude.settings",
+        "bytes",
+    ),
     ('[policy]\nworkspaces = ["/a"]\nwhen = 1979-05-27', "policy.when", "unknown key"),
 ]
 

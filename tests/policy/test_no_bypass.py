@@ -16,6 +16,7 @@ from codelegate.policy.errors import ConfigError, PolicyError
 from codelegate.policy.launch import LaunchPlan, plan_launch
 from codelegate.policy.modes import DANGEROUS_FLAGS, REQUEST_MODES, SAFE_CLI_MODES, names_bypass
 from codelegate.policy.request import decode_run_request
+from tests.policy.conftest import flag_values
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
 HOSTILE = [
@@ -139,7 +140,7 @@ def attempt(config: Config, body: bytes) -> LaunchPlan | PolicyError:
 
 
 def assert_safe_argv(argv: tuple[str, ...]) -> None:
-    modes = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--permission-mode"]
+    modes = flag_values(argv, "--permission-mode")
     assert len(modes) == 1
     assert modes[0] in SAFE_CLI_MODES
     assert not DANGEROUS_FLAGS & set(argv)
@@ -148,19 +149,13 @@ def assert_safe_argv(argv: tuple[str, ...]) -> None:
 
 
 def test_the_fixed_flags_pin_headless_fail_closed_behaviour() -> None:
-    # The one place the fixed flags are spelt out: every other test builds its argv from them.
-    # No CLAUDE.md, hooks, plugins or MCP servers; no settings file of HOME or the workspace;
-    # whatever would prompt is denied.
-    assert FIXED_FLAGS == (
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--include-partial-messages",
-        "--forward-subagent-text",
-        "--safe-mode",
-        "--setting-sources",
-        "",
-        "--permission-prompts",
-        "none",
-    )
+    # What each fixed flag is for, asserted as that purpose (their list is policy.argv's).
+    assert FIXED_FLAGS[0] == "-p"  # headless: one prompt, no terminal UI
+    assert flag_values(FIXED_FLAGS, "--output-format") == ["stream-json"]
+    assert "--verbose" in FIXED_FLAGS  # -p with stream-json refuses to start without it
+    assert "--safe-mode" in FIXED_FLAGS  # no CLAUDE.md, hooks, plugins or MCP servers
+    assert flag_values(FIXED_FLAGS, "--setting-sources") == [""]  # no settings file at all
+    assert flag_values(FIXED_FLAGS, "--permission-prompts") == ["none"]  # a prompt is a denial
+    assert "--permission-mode" not in FIXED_FLAGS  # the mode is the request's, checked apart
+    assert not DANGEROUS_FLAGS & set(FIXED_FLAGS)
+    assert not any(names_bypass(arg) for arg in FIXED_FLAGS)

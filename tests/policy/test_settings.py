@@ -10,8 +10,8 @@ import pytest
 from codelegate.policy.config import Config
 from codelegate.policy.errors import ConfigError, PolicyError
 from codelegate.policy.launch import build_argv, resolve_mode
-from codelegate.policy.settings import MAX_SETTINGS_BYTES, refused_settings, settings_json
-from tests.policy.conftest import make_config
+from codelegate.policy.settings import refused_settings, settings_json
+from tests.policy.conftest import flag_values, make_config
 
 SID = "0b6f6d52-3b9e-4bb1-9d4c-5a3e2f0c1d2e"
 SANDBOX = """
@@ -37,8 +37,8 @@ def argv_of(config: Config) -> tuple[str, ...]:
 
 def test_the_operators_settings_reach_the_cli_as_one_json_argument() -> None:
     argv = argv_of(with_settings(SANDBOX))
-    (at,) = [i for i, arg in enumerate(argv) if arg == "--settings"]
-    assert json.loads(argv[at + 1]) == {
+    (settings,) = flag_values(argv, "--settings")
+    assert json.loads(settings) == {
         "env": {"NO_PROXY": "localhost"},
         "model": "sonnet",
         "sandbox": {
@@ -48,8 +48,7 @@ def test_the_operators_settings_reach_the_cli_as_one_json_argument() -> None:
         },
     }
     # Still no settings file: the sources stay empty, whatever the operator's settings say.
-    (sources,) = [i for i, arg in enumerate(argv) if arg == "--setting-sources"]
-    assert argv[sources + 1] == ""
+    assert flag_values(argv, "--setting-sources") == [""]
 
 
 def test_without_settings_no_settings_argument_is_passed() -> None:
@@ -59,63 +58,6 @@ def test_without_settings_no_settings_argument_is_passed() -> None:
 def test_the_json_is_the_same_for_the_same_table_whatever_the_key_order() -> None:
     a = settings_json({"b": 1, "a": {"d": 2, "c": 3}})
     assert a == settings_json({"a": {"c": 3, "d": 2}, "b": 1}) == '{"a":{"c":3,"d":2},"b":1}'
-
-
-@pytest.mark.parametrize(
-    ("toml", "key", "words"),
-    [
-        (
-            '[claude.settings.permissions]\nallow = ["Bash"]',
-            "claude.settings.permissions",
-            "[policy]",
-        ),
-        (
-            '[claude.settings.permissions]\nadditionalDirectories = ["/"]',
-            "claude.settings.permissions",
-            "workspaces",
-        ),
-        ('[claude.settings]\nenv = "X=1"', "claude.settings.env", "table"),
-        ("[claude.settings.env]\nDEBUG = 1", "claude.settings.env.DEBUG", "text value; got int"),
-        (
-            '[claude.settings.env]\nANTHROPIC_API_KEY = "sk-ant-x"',
-            "claude.settings.env.ANTHROPIC_API_KEY",
-            "daemon's environment",
-        ),
-        (
-            '[claude.settings.env]\nanthropic_auth_token = "x"',
-            "claude.settings.env.anthropic_auth_token",
-            "daemon's environment",
-        ),
-        (
-            '[claude.settings.env]\nNODE_OPTIONS = "-r x"',
-            "claude.settings.env.NODE_OPTIONS",
-            "load code",
-        ),
-        (
-            '[claude.settings.env]\nLD_PRELOAD = "/x.so"',
-            "claude.settings.env.LD_PRELOAD",
-            "load code",
-        ),
-        (
-            '[claude.settings.env]\nCLAUDE_CODE_SAFE_MODE = "0"',
-            "claude.settings.env.CLAUDE_CODE_SAFE_MODE",
-            "set by codelegate",
-        ),
-        (
-            '[claude.settings.env]\nCLAUDE_CODE_USE_BEDROCK = "1"',
-            "claude.settings.env.CLAUDE_CODE_USE_BEDROCK",
-            "enable_bedrock",
-        ),
-        # Each string alone is harmless; read as one argument they spell a bypass flag.
-        ('[claude.settings]\na = "skip"\npermissionz = 1', "claude.settings", "bypass"),
-        (f'[claude.settings]\nnote = "{"x" * MAX_SETTINGS_BYTES}"', "claude.settings", "bytes"),
-    ],
-)
-def test_refused_settings_name_the_key_and_what_to_do(toml: str, key: str, words: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        with_settings(toml)
-    assert caught.value.key == key
-    assert words in caught.value.expected
 
 
 @pytest.mark.parametrize(

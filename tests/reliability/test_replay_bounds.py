@@ -10,6 +10,7 @@ import asyncio
 import os
 import socket
 import struct
+from collections.abc import Callable
 
 import msgspec
 
@@ -54,6 +55,18 @@ def _masked_text(payload: bytes) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
+async def _raw_client(
+    d: Daemon, start: Callable[[str, str], socket.socket], arg: str
+) -> socket.socket:
+    """A client on the daemon's socket, started by ``start(path, arg)``, that reads nothing yet:
+    its receive buffer is 4 KiB, so what the daemon writes for it backs up at once."""
+    path = d.handle.socket_path
+    assert path is not None
+    sock = await asyncio.get_running_loop().run_in_executor(None, start, path, arg)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return sock
+
+
 def _subscriber(d: Daemon, name: str) -> Subscriber:
     subs = [s for s in d.handle.app[HUB]._every if s.name == name]
     assert len(subs) == 1, subs
@@ -87,14 +100,10 @@ def _counting(d: Daemon) -> list[int]:
 async def test_a_client_repeating_subscribe_without_reading_holds_one_page(
     rdaemon: Daemon,
 ) -> None:
-    path = rdaemon.handle.socket_path
-    assert path is not None
     run_id = await _stored_run(rdaemon)
     calls = _counting(rdaemon)
-    loop = asyncio.get_running_loop()
-    sock = await loop.run_in_executor(None, _ws_handshake, path, "")
+    sock = await _raw_client(rdaemon, _ws_handshake, "")
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         message = _masked_text(msgspec.json.encode({"type": "subscribe", "run": run_id}))
         repeats = 60
         for _ in range(repeats):
@@ -122,13 +131,10 @@ async def test_a_client_repeating_subscribe_without_reading_holds_one_page(
 async def test_a_non_reading_ndjson_replay_holds_one_page_and_later_gets_every_frame(
     rdaemon: Daemon,
 ) -> None:
-    path = rdaemon.handle.socket_path
-    assert path is not None
     run_id = await _stored_run(rdaemon)
     loop = asyncio.get_running_loop()
-    sock = await loop.run_in_executor(None, _ndjson_start, path, run_id)
+    sock = await _raw_client(rdaemon, _ndjson_start, run_id)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sub = _subscriber(rdaemon, f"ndjson:{run_id}")
         server = rdaemon.handle.runner.server
         assert server is not None

@@ -100,6 +100,8 @@ def bg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
             assert 'codelegate_http_errors_total{status="500"}' not in metrics
         finally:
             daemon.close()
+    # The capture saw the daemon's own lines (its first run's), so no crash could hide from it.
+    assert "run_finished" in [e["event"] for e in logs]
     crashes = [e for e in logs if e["event"] in ("handler_failed", "background_task_failed")]
     assert not crashes, crashes[:3]
 

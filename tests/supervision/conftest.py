@@ -62,6 +62,15 @@ def gone(pid: int) -> bool:
     return not exists(pid)
 
 
+async def spawn_grandchild(
+    spawn_fake: Spawn, tmp_path: Path, words: str, **kw: Any
+) -> tuple[ChildProcess, Path]:
+    """The fake CLI's ``grandchild`` scenario (``words``: its other settings): it starts a
+    process that leaves the CLI's session and writes its pid to the file returned."""
+    pidfile = tmp_path / "grandchild.pid"
+    return await spawn_fake(f"grandchild pidfile={pidfile} {words}", **kw), pidfile
+
+
 async def read_until(child: ChildProcess, needle: bytes) -> bytes:
     """The child's stdout up to and including the chunk that contains ``needle``."""
     out = bytearray()

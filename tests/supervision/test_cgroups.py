@@ -12,7 +12,7 @@ from codelegate.daemon.supervision import cgroups, procs
 from codelegate.daemon.supervision.cgroups import RunCgroup
 from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus
 from tests.polling import until
-from tests.supervision.conftest import Spawn, alive, gone, read_all, read_until
+from tests.supervision.conftest import Spawn, alive, gone, read_all, read_until, spawn_grandchild
 
 needs_cgroup = pytest.mark.skipif(
     cgroups.delegated_base() is None, reason="no delegated, writable cgroup v2 subtree here"
@@ -20,8 +20,7 @@ needs_cgroup = pytest.mark.skipif(
 
 
 async def _scrubbed_grandchild(spawn_fake: Spawn, tmp_path: Path) -> tuple[ChildProcess, int]:
-    pidfile = tmp_path / "grandchild.pid"
-    child = await spawn_fake(f"grandchild pidfile={pidfile} scrub_env=1 then=hang")
+    child, pidfile = await spawn_grandchild(spawn_fake, tmp_path, "scrub_env=1 then=hang")
     await read_until(child, b'"type":"user"')  # printed once the grandchild is all set up
     pid = int(pidfile.read_bytes())
     # Wait for the re-exec: from then on the marker is gone from its environ.
@@ -30,36 +29,26 @@ async def _scrubbed_grandchild(spawn_fake: Spawn, tmp_path: Path) -> tuple[Child
     return child, pid
 
 
-@needs_cgroup
 @pytest.mark.usefixtures("subreaper")
-@pytest.mark.parametrize("attribution", ["cgroup"], indirect=True)
-async def test_the_run_cgroup_kills_a_process_that_dropped_the_marker(
-    spawn_fake: Spawn, tmp_path: Path
+@pytest.mark.parametrize("attribution", ["cgroup", "marker"], indirect=True)
+async def test_only_the_run_cgroup_kills_a_process_that_dropped_the_marker(
+    spawn_fake: Spawn, tmp_path: Path, attribution: str
 ) -> None:
+    # Without a cgroup it escapes: the documented limit of the marker alone (operator README).
     child, scrubbed = await _scrubbed_grandchild(spawn_fake, tmp_path)
-    assert child.cgroup is not None
-    assert scrubbed in child.cgroup.pids()
-
-    await child.terminate(grace=2.0)
-
-    await until(lambda: gone(scrubbed))
-    assert child.cgroup is None  # empty, so removed
-
-
-@pytest.mark.usefixtures("subreaper")
-@pytest.mark.parametrize("attribution", ["marker"], indirect=True)
-async def test_without_a_cgroup_a_process_that_dropped_the_marker_escapes(
-    spawn_fake: Spawn, tmp_path: Path
-) -> None:
-    # The documented limit of the marker alone (see the operator README).
-    child, scrubbed = await _scrubbed_grandchild(spawn_fake, tmp_path)
+    assert (child.cgroup is not None and scrubbed in child.cgroup.pids()) == (
+        attribution == "cgroup"
+    )
     try:
         await child.terminate(grace=2.0)
-        assert alive(scrubbed)
+        if attribution == "marker":
+            assert alive(scrubbed)
     finally:
-        os.kill(scrubbed, signal.SIGKILL)
-    # Re-parented to us and now a zombie nobody else waits for: the orphan reaper takes it.
+        if attribution == "marker":
+            os.kill(scrubbed, signal.SIGKILL)
+    # Killed with its cgroup, or re-parented to us as a zombie the orphan reaper takes.
     await until(lambda: gone(scrubbed))
+    assert child.cgroup is None  # empty, so removed (or there was none)
 
 
 @needs_cgroup
@@ -104,9 +93,8 @@ async def test_an_invisible_process_holding_stdout_cannot_keep_the_run_open(
     spawn_fake: Spawn, tmp_path: Path
 ) -> None:
     # Neither marker nor cgroup finds it: after two graces the pipes are closed on our side.
-    pidfile = tmp_path / "grandchild.pid"
-    child = await spawn_fake(
-        f"grandchild pidfile={pidfile} scrub_env=1 hold_stdio=1 then=exit", eof_grace=0.1
+    child, pidfile = await spawn_grandchild(
+        spawn_fake, tmp_path, "scrub_env=1 hold_stdio=1 then=exit", eof_grace=0.1
     )
     out = await read_all(child)
     assert out.endswith(b"\n")

@@ -22,7 +22,15 @@ from codelegate.daemon.supervision.supervisor import (
 )
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
 from tests.polling import until
-from tests.supervision.conftest import Spawn, alive, fake_env, gone, read_all, read_until
+from tests.supervision.conftest import (
+    Spawn,
+    alive,
+    fake_env,
+    gone,
+    read_all,
+    read_until,
+    spawn_grandchild,
+)
 
 
 async def test_normal_run_reads_every_line_and_exits_zero(spawn_fake: Spawn) -> None:
@@ -133,8 +141,9 @@ async def _grandchild_pid(child: ChildProcess, pidfile: Path) -> int:
 async def test_cancel_kills_the_group_and_the_escaped_grandchild(
     spawn_fake: Spawn, tmp_path: Path, hold_stdio: str
 ) -> None:
-    pidfile = tmp_path / "grandchild.pid"
-    child = await spawn_fake(f"grandchild pidfile={pidfile} hold_stdio={hold_stdio} then=hang")
+    child, pidfile = await spawn_grandchild(
+        spawn_fake, tmp_path, f"hold_stdio={hold_stdio} then=hang"
+    )
     grandchild = await _grandchild_pid(child, pidfile)
     # It escaped: another session, not in the CLI's process group, and it ignores SIGTERM.
     assert os.getsid(grandchild) not in (child.pid, os.getsid(0))
@@ -155,8 +164,7 @@ async def test_cancel_kills_the_group_and_the_escaped_grandchild(
 async def test_normal_exit_leaves_a_straggler_that_is_reaped(
     spawn_fake: Spawn, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "grandchild.pid"
-    child = await spawn_fake(f"grandchild pidfile={pidfile} then=exit")
+    child, pidfile = await spawn_grandchild(spawn_fake, tmp_path, "then=exit")
     out = await read_all(child)
     assert json.loads(out.splitlines()[-1])["type"] == "result"
     assert await child.wait() == ExitStatus(0, None)
@@ -173,8 +181,7 @@ async def test_normal_exit_leaves_a_straggler_that_is_reaped(
 async def test_a_straggler_holding_stdout_cannot_keep_the_run_open(
     spawn_fake: Spawn, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "grandchild.pid"
-    child = await spawn_fake(f"grandchild pidfile={pidfile} hold_stdio=1 then=exit", eof_grace=0.2)
+    child, _ = await spawn_grandchild(spawn_fake, tmp_path, "hold_stdio=1 then=exit", eof_grace=0.2)
     out = await read_all(child)  # EOF comes once the straggler holding the pipe is killed
     assert json.loads(out.splitlines()[-1])["type"] == "result"
     assert await child.wait() == ExitStatus(0, None)
@@ -325,8 +332,7 @@ async def test_leftovers_of_a_run_whose_supervisor_died_are_killed(
     spawn_fake: Spawn, tmp_path: Path
 ) -> None:
     # As after a daemon crash: nobody holds the ChildProcess any more, only the run id is known.
-    pidfile = tmp_path / "grandchild.pid"
-    child = await spawn_fake(f"grandchild pidfile={pidfile} then=hang")
+    child, pidfile = await spawn_grandchild(spawn_fake, tmp_path, "then=hang")
     await _grandchild_pid(child, pidfile)
     cgroup_path = child.cgroup.path if child.cgroup is not None else None
 
@@ -348,9 +354,8 @@ async def test_marked_processes_are_killed_without_pidfds_too(
         raise PermissionError("pidfd_open refused by a seccomp filter")
 
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
-    pidfile = tmp_path / "grandchild.pid"
     # Out of the group and (cgroup=False) out of any run cgroup: only the marker finds it.
-    child = await spawn_fake(f"grandchild pidfile={pidfile} then=hang", cgroup=False)
+    child, pidfile = await spawn_grandchild(spawn_fake, tmp_path, "then=hang", cgroup=False)
     grandchild = await _grandchild_pid(child, pidfile)
     await child.terminate(grace=0.1)
     assert procs.marked_pids(child.run_id) == []

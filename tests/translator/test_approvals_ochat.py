@@ -13,7 +13,8 @@ import json
 from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.translator import Translator
 from codelegate.translator.frames import ApprovalNeeded, ApprovalResolved, Frame
-from tests.contract.test_ochat import INVOCATION, Show, show
+from tests.contract.ochat import Show
+from tests.contract.test_ochat import INVOCATION
 from tests.translator.helpers import (
     CWD,
     EXITED,
@@ -25,8 +26,6 @@ from tests.translator.helpers import (
     tool_result,
     tool_use,
 )
-
-__all__ = ["show"]  # the contract's fixture, used here
 
 
 def test_o_chat_shows_the_work_room_waiting_for_a_decision_then_working_again(show: Show) -> None:

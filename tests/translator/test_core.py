@@ -20,8 +20,6 @@ from tests.translator.helpers import (
     tool_use,
 )
 
-ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
-
 
 def test_a_card_opens_and_closes_with_titles_and_names() -> None:
     frames = run(

@@ -18,8 +18,6 @@ from tests.translator.helpers import (
     tool_use,
 )
 
-ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
-
 
 def test_a_card_opens_at_its_blocks_start_and_fills_in_place_never_twice() -> None:
     event = line(

@@ -20,7 +20,17 @@ from tests.translator.helpers import (
     tool_use,
 )
 
-ID_RE = r"^[A-Za-z0-9._:-]{1,512}$"
+
+def task_started(task_id: str, tool_use_id: str, task_type: str) -> bytes:
+    """The CLI's line when a task (a subagent, a Bash in the background) starts for a tool call."""
+    return system("task_started", task_id=task_id, tool_use_id=tool_use_id, task_type=task_type)
+
+
+def task_notification(task_id: str, tool_use_id: str, status: str, **fields: Any) -> bytes:
+    """The CLI's line when that task ends (``fields``: its summary, say)."""
+    return system(
+        "task_notification", task_id=task_id, tool_use_id=tool_use_id, status=status, **fields
+    )
 
 
 def test_subagent_lines_carry_parent_tool_id() -> None:
@@ -87,12 +97,7 @@ def test_background_subagent_stays_open_until_its_notification() -> None:
     frames = run(
         [
             assistant(tool_use("task", "Agent", description="bg")),
-            system(
-                "task_started",
-                task_id="a1",
-                tool_use_id="task",
-                task_type="local_agent",
-            ),
+            task_started("a1", "task", "local_agent"),
             tool_result("task", "Async agent launched", extra=launched),
             system(
                 "task_progress",
@@ -105,19 +110,8 @@ def test_background_subagent_stays_open_until_its_notification() -> None:
             result_line("first"),
             system("task_updated", task_id="a1", patch={"status": "completed"}),
             system("task_updated", task_id="a1", patch={"end_time": 5}),
-            system(
-                "task_notification",
-                task_id="a1",
-                tool_use_id="task",
-                status="completed",
-                summary="all good",
-            ),
-            system(
-                "task_notification",
-                task_id="a1",
-                tool_use_id="task",
-                status="completed",
-            ),
+            task_notification("a1", "task", "completed", summary="all good"),
+            task_notification("a1", "task", "completed"),
             init_line(),
             result_line("second"),
         ]
@@ -168,26 +162,11 @@ def test_bash_tasks_and_foreground_subagents_close_on_their_tool_result_only() -
     frames = run(
         [
             assistant(tool_use("b", "Bash", command="sleep 3")),
-            system(
-                "task_started",
-                task_id="k",
-                tool_use_id="b",
-                task_type="local_bash",
-            ),
-            system(
-                "task_notification",
-                task_id="k",
-                tool_use_id="b",
-                status="completed",
-            ),
+            task_started("k", "b", "local_bash"),
+            task_notification("k", "b", "completed"),
             system("task_updated", task_id="k", patch={"status": "completed"}),
             tool_result("b", "done"),
-            system(
-                "task_notification",
-                task_id="k",
-                tool_use_id="b",
-                status="completed",
-            ),
+            task_notification("k", "b", "completed"),
             assistant(tool_use("a", "Agent")),
             tool_result("a", "report", extra={"status": "completed"}),
         ]
