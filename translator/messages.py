@@ -72,8 +72,7 @@ class Messages:
             return
         if block.type == "tool_use":
             if block.id and block.id not in s.seen:
-                cards = self._cards
-                cards.open(block.id, cards.name(block.name), {}, parent, partial=True)
+                self._cards.open(block.id, s.tool(block.name), {}, parent, partial=True)
         elif block.type == "text":
             s.streaming[parent] = StreamedText(self._message_id(), parent, event.index)
 

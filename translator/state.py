@@ -30,13 +30,37 @@ from codelegate.translator.frames import (
 )
 from codelegate.translator.inputs import NAME_CHARS, Limits, RunContext
 from codelegate.translator.redact import Redactor
-from codelegate.translator.review import Review
-from codelegate.translator.summary import activity_kind
+from codelegate.translator.review import Review, reviewed_tool
+from codelegate.translator.summary import (
+    FILE_CHANGE_TOOLS,
+    SUBAGENT_TOOLS,
+    activity_kind,
+    title_of,
+)
 
 TOOL_PREFIX: Final = "claude:"
 NAME_PREFIX: Final = "Claude Code › "
+UNKNOWN_TOOL: Final = "unknown"  # the name of a card whose tool the CLI did not name
 # The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
 SAID_CHARS: Final = 1024
+_TOOLS_KEPT: Final = 256  # tool names whose facts a run remembers
+
+
+class Tool:
+    """What a tool's name alone says of its cards: worked out once per name of a run (the
+    same few names come back on every call), not once per card."""
+
+    __slots__ = ("changes_files", "kind", "name", "review", "subagent", "title", "tool")
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool  # the name as the frames carry it (already said)
+        self.name = NAME_PREFIX + tool  # the cards' frame name
+        self.kind: ActivityKind = activity_kind(tool)
+        self.title = title_of(tool)
+        self.changes_files = tool in FILE_CHANGE_TOOLS
+        self.subagent = tool in SUBAGENT_TOOLS
+        # What the review evidence takes a card of this name for (None: it takes no note).
+        self.review = reviewed_tool(self.name)
 
 
 class Card:
@@ -49,7 +73,7 @@ class Card:
         "changed",
         "content",
         "denied",
-        "kind",
+        "facts",
         "name",
         "parent_tool_id",
         "partial",
@@ -65,19 +89,19 @@ class Card:
     def __init__(
         self,
         use_id: str,
-        tool: str,
+        tool_id: str,
+        facts: Tool,
         parent_tool_id: str | None,
         started: float,
         args: object,
         changed: str | None,
-        tool_id: str | None = None,
     ) -> None:
         self.use_id = use_id
-        self.tool = tool
-        self.tool_id = tool_id or TOOL_PREFIX + use_id
-        self.name = NAME_PREFIX + tool
+        self.tool_id = tool_id
+        self.facts = facts
+        self.tool = facts.tool
+        self.name = facts.name
         self.parent_tool_id = parent_tool_id
-        self.kind: ActivityKind = activity_kind(tool)
         self.started = started
         self.args = args
         self.changed = changed
@@ -142,6 +166,7 @@ class RunState:
         "streaming",
         "tasks",
         "tool_ids",
+        "tools",
         "tools_completed",
         "tools_failed",
         "tools_started",
@@ -167,6 +192,7 @@ class RunState:
         self.seen: set[str] = set()  # every tool_use id that opened a card
         self.tool_ids: dict[str, str] = {}  # the CLI's tool_use id -> the frames' tool_id
         self.said_cache: dict[str, str] = {}
+        self.tools: dict[str | None, Tool] = {}  # by the name as the model wrote it
         self.tasks: dict[str, str] = {}  # task_id -> tool_use_id
         # Subagent lines waiting for their Task card, by its tool_use id.
         self.held: dict[str, list[wire.Assistant | wire.User]] = {}
@@ -205,6 +231,16 @@ class RunState:
         if len(said) <= NAME_CHARS and len(text) <= NAME_CHARS and len(self.said_cache) < 1024:
             self.said_cache[text] = said
         return said
+
+    def tool(self, raw: str | None) -> Tool:
+        """The facts of the tool the model named ``raw`` (its name said, as frames carry it)."""
+        tool = self.tools.get(raw)
+        if tool is None:
+            tool = Tool(self.said(raw or UNKNOWN_TOOL, NAME_CHARS))
+            # Bounded: a run calls a handful of tools, but the model may invent names.
+            if len(self.tools) < _TOOLS_KEPT:
+                self.tools[raw] = tool
+        return tool
 
     def tool_id(self, use_id: str) -> str:
         """The frame id of the CLI's tool call ``use_id``: redacted like any string it chose, and
