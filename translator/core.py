@@ -55,6 +55,13 @@ _HANDLED_SUBTYPES: Final = frozenset(
 )
 # Partial-message events that can open a card or grow a text (the rest carry nothing).
 _STREAMED: Final = frozenset({"content_block_start", "content_block_delta", "message_start"})
+# Which field of a provider_invocation carries its text, by its status (the rest: an error).
+_SUMMARY_FIELDS: Final[dict[InvocationStatus, str]] = {
+    "starting": "currentSummary",
+    "running": "currentSummary",
+    "awaiting_approval": "currentSummary",
+    "completed": "resultSummary",
+}
 # Known subtypes that carry nothing for cards: most system lines, dismissed with one lookup.
 _PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 
@@ -88,7 +95,7 @@ class Translator:
         if s is None or s.started:
             return []
         s.started = True
-        self._invocation_frame("running", current="Working in the selected workspace")
+        self._invocation_frame("running", "Working in the selected workspace")
         return s.take()
 
     def receive_data(self, data: bytes, now: float) -> list[Frame]:
@@ -168,11 +175,7 @@ class Translator:
         result = final_result(s, outcome, now)
         s.result = result
         if s.invocation is not None:
-            status, text = invocation_end(result.status)
-            if status == "completed":
-                self._invocation_frame(status, result=text)
-            else:
-                self._invocation_frame(status, error=text)
+            self._invocation_frame(*invocation_end(result.status))
         s.frame(RunResult, result=result)
         s.closed = True
         return s.take()
@@ -381,16 +384,10 @@ class Translator:
         s.cli_session = session_id
         if session_id != s.session_id:
             s.session_id = session_id
-            self._invocation_frame("running", current="Working in the selected workspace")
+            self._invocation_frame("running", "Working in the selected workspace")
 
-    def _invocation_frame(
-        self,
-        status: InvocationStatus,
-        *,
-        current: str | None = None,
-        result: str | None = None,
-        error: str | None = None,
-    ) -> None:
+    def _invocation_frame(self, status: InvocationStatus, summary: str) -> None:
+        # The Work Room's status, with its one (allowlisted) text in the field the status says.
         s = self.state
         if s.invocation is None:
             return
@@ -403,9 +400,7 @@ class Translator:
             sessionId=s.session_id,
             elapsedMs=max(int((s.now - s.ctx.started_at) * 1000), 0),
             taskTitle="Complete the requested task",
-            currentSummary=current,
-            resultSummary=result,
-            errorSummary=error,
+            **{_SUMMARY_FIELDS.get(status, "errorSummary"): summary},
         )
 
 

@@ -43,6 +43,8 @@ NAME_PREFIX: Final = "Claude Code › "
 UNKNOWN_TOOL: Final = "unknown"  # the name of a card whose tool the CLI did not name
 # The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
 SAID_CHARS: Final = 1024
+# A frame's envelope, as its first fields take it (translator.frames._Frame).
+Envelope = tuple[str, str, int, float, Literal["claude_code"], str | None, str | None, str | None]
 _TOOLS_KEPT: Final = 256  # tool names whose facts a run remembers
 
 
@@ -276,20 +278,21 @@ class RunState:
 
     def frame(self, frame_type: type[Frame], /, **fields: object) -> None:
         """The run's next frame of ``frame_type`` (the envelope is stamped here)."""
+        self.out.append(frame_type(*self.envelope(), **fields))  # type: ignore[arg-type]
+
+    def envelope(self) -> Envelope:
+        """The next frame's envelope (its ``seq`` taken), in the order of the frames' fields."""
         self.seq = seq = self.seq + 1
         run_id = self.run_id
-        self.out.append(
-            frame_type(
-                id=frame_id(run_id, seq),
-                run_id=run_id,
-                seq=seq,
-                ts=self.now,
-                provider=PROVIDER,
-                child_session_id=self.session_id,
-                invocationId=self.invocation,
-                parentToolCallId=self.parent,
-                **fields,  # type: ignore[arg-type]
-            )
+        return (
+            frame_id(run_id, seq),
+            run_id,
+            seq,
+            self.now,
+            PROVIDER,
+            self.session_id,
+            self.invocation,
+            self.parent,
         )
 
     # The three frames of every card and message are built without frame(): splatting keyword
@@ -297,24 +300,16 @@ class RunState:
 
     def tool_call(self, card: Card, summary: str) -> ToolCall:
         """A card's tool_call frame (made and kept in ``out``)."""
-        self.seq = seq = self.seq + 1
-        run_id = self.run_id
+        id_, run_id, seq, ts, provider, session, invocation, caller = self.envelope()
         frame = ToolCall(
-            id=frame_id(run_id, seq),
-            run_id=run_id,
-            seq=seq,
-            ts=self.now,
-            provider=PROVIDER,
-            child_session_id=self.session_id,
-            invocationId=self.invocation,
-            parentToolCallId=self.parent,
+            id_, run_id, seq, ts, provider, session, invocation, caller,
             tool_id=card.tool_id,
             name=card.name,
             args=card.args,
             status="in_progress",
             parent_tool_id=card.parent_tool_id,
             summary=summary,
-        )
+        )  # fmt: skip
         self.out.append(frame)
         return frame
 
@@ -328,53 +323,35 @@ class RunState:
         diff: str | None,
     ) -> ToolResult:
         """A card's tool_result frame (made and kept in ``out``), its texts already clean."""
-        self.seq = seq = self.seq + 1
-        run_id = self.run_id
-        now = self.now
+        id_, run_id, seq, ts, provider, session, invocation, caller = self.envelope()
         frame = ToolResult(
-            id=frame_id(run_id, seq),
-            run_id=run_id,
-            seq=seq,
-            ts=now,
-            provider=PROVIDER,
-            child_session_id=self.session_id,
-            invocationId=self.invocation,
-            parentToolCallId=self.parent,
+            id_, run_id, seq, ts, provider, session, invocation, caller,
             tool_id=card.tool_id,
             name=card.name,
             status="completed" if ok else "failed",
             result=result,
-            timing_ms=max(int((now - card.started) * 1000), 0),
+            timing_ms=max(int((ts - card.started) * 1000), 0),
             error=error,
             error_type=error_type,
             diff=diff,
             parent_tool_id=card.parent_tool_id,
-        )
+        )  # fmt: skip
         self.out.append(frame)
         return frame
 
     def message(self, message_id: str, text: str, parent: str | None, partial: bool) -> None:
         """An assistant text frame, its text already clean; ``parent`` is the CLI's id of the
         subagent's Task call."""
-        self.seq = seq = self.seq + 1
-        run_id = self.run_id
-        self.out.append(
-            ProviderMessage(
-                id=frame_id(run_id, seq),
-                run_id=run_id,
-                seq=seq,
-                ts=self.now,
-                provider=PROVIDER,
-                child_session_id=self.session_id,
-                invocationId=self.invocation,
-                parentToolCallId=self.parent,
-                role="assistant",
-                messageId=message_id,
-                text=text,
-                parent_tool_id=self.tool_id(parent) if parent else None,
-                partial=partial,
-            )
-        )
+        id_, run_id, seq, ts, provider, session, invocation, caller = self.envelope()
+        frame = ProviderMessage(
+            id_, run_id, seq, ts, provider, session, invocation, caller,
+            role="assistant",
+            messageId=message_id,
+            text=text,
+            parent_tool_id=self.tool_id(parent) if parent else None,
+            partial=partial,
+        )  # fmt: skip
+        self.out.append(frame)
 
     def take(self) -> list[Frame]:
         """The frames made since the last call."""
