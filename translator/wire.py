@@ -371,6 +371,8 @@ def decode_lines(block: bytes | memoryview) -> list[Line]:
 
 def text(raw: msgspec.Raw) -> str | None:
     """A raw field as a string; None when absent, null or not a string."""
+    if raw is _RAW_NULL:
+        return None  # absent (decoded lines share the default): most fields of most lines
     try:
         return _text_decoder.decode(raw)
     except msgspec.ValidationError:
