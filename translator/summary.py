@@ -128,10 +128,9 @@ def _title(
     # ``before`` + the first string of ``keys`` (``shape``d) + ``after`` [+ " in <path>"], or ""
     # when the call has none: a title costs only the fields its tool has.
     def title(args: dict[str, Any], cwd: str) -> str:
-        value = ""
         for key in keys:
-            value = _text(args, key)
-            if value:
+            value = args.get(key)
+            if value and isinstance(value, str):
                 break
         else:
             return ""

@@ -62,7 +62,6 @@ class _Line(msgspec.Struct, tag_field="type", gc=False):
 class Assistant(_Line, tag="assistant"):
     message: Message
     parent_tool_use_id: str | None = None
-    session_id: str | None = None
 
 
 class User(_Line, tag="user"):
