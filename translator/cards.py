@@ -87,7 +87,7 @@ class Cards:
         s = self.s
         card.args, screened = clean_args(s.redactor, s.limits, raw_args, card.use_id)
         if card.facts.changes_files:
-            tool = card.tool
+            tool = card.facts.tool
             changed = changed_path(tool, raw_args, s.ctx.cwd)
             # From the raw input (the cleaned args may be cut), so redacted here: it goes into
             # files_changed and the activity's files.
@@ -102,7 +102,7 @@ class Cards:
         s = self.s
         facts = card.facts
         # From the cleaned args: already redacted, so only cut here.
-        title = titled(card.tool, facts.title, card.args, s.ctx.cwd)
+        title = titled(facts.tool, facts.title, card.args, s.ctx.cwd)
         frame = s.tool_call(card, bound_units(title, s.limits.summary_chars))
         if facts.review is not None:
             s.review.opened(frame.tool_id, facts.review, frame.args)
@@ -178,7 +178,7 @@ class Cards:
         if tool_id not in s.denials:
             s.denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
-                name=s.said(tool_name or (card.tool if card else UNKNOWN_TOOL)),
+                name=s.said(tool_name or (card.facts.tool if card else UNKNOWN_TOOL)),
                 input=card.args if card else None,
             )
 
@@ -282,7 +282,7 @@ class Cards:
         s.frame(
             ToolProgress,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             elapsed_ms=max(elapsed_ms, 0),
             summary=clean_units(summary, s.limits.summary_chars, s.redactor.clean_chars)
             if summary
@@ -301,7 +301,7 @@ class Cards:
         s.frame(
             ToolCallUpdate,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             status="in_progress",
             result=s.redactor.clean_text(text, s.limits.result_bytes),
             parent_tool_id=card.parent_tool_id,

@@ -10,7 +10,9 @@ else.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
+
+import msgspec
 
 import codelegate.translator.wire as wire
 from codelegate.translator.frames import (
@@ -65,55 +67,26 @@ class Tool:
         self.review = reviewed_tool(self.name)
 
 
-class Card:
-    """An open tool call: created by its tool_use, gone once its tool_result frame is out."""
+class Card(msgspec.Struct, gc=False):
+    """An open tool call: created by its tool_use, gone once its tool_result frame is out.
 
-    # A plain slotted class: one is made per tool call, on the hot path.
-    __slots__ = (
-        "args",
-        "background",
-        "changed",
-        "content",
-        "denied",
-        "facts",
-        "name",
-        "parent_tool_id",
-        "partial",
-        "sequence",
-        "started",
-        "task_status",
-        "tool",
-        "tool_id",
-        "updated_at",
-        "use_id",
-    )
+    A Struct rather than a slotted class: one is made per tool call, on the hot path, and a
+    Struct is built in C and never tracked by the garbage collector (no card is in a cycle)."""
 
-    def __init__(
-        self,
-        use_id: str,
-        tool_id: str,
-        facts: Tool,
-        parent_tool_id: str | None,
-        started: float,
-        args: object,
-        changed: str | None,
-    ) -> None:
-        self.use_id = use_id
-        self.tool_id = tool_id
-        self.facts = facts
-        self.tool = facts.tool
-        self.name = facts.name
-        self.parent_tool_id = parent_tool_id
-        self.started = started
-        self.args = args
-        self.changed = changed
-        self.partial = False  # opened at its block's start: the arguments are still coming
-        self.sequence = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
-        self.background = False  # an async subagent: ends on task_notification, not its result
-        self.denied: str | None = None  # the CLI's reason when permission was denied
-        self.content: str | None = None  # a Write's text, for a creation diff
-        self.task_status: str | None = None  # a background task's end, from task_updated
-        self.updated_at = float("-inf")  # when its last progress text went out
+    use_id: str
+    tool_id: str
+    facts: Tool  # what its tool's name says (its name as frames carry it: facts.name)
+    parent_tool_id: str | None
+    started: float
+    args: Any
+    changed: str | None
+    partial: bool = False  # opened at its block's start: the arguments are still coming
+    sequence: int = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
+    background: bool = False  # an async subagent: ends on task_notification, not its result
+    denied: str | None = None  # the CLI's reason when permission was denied
+    content: str | None = None  # a Write's text, for a creation diff
+    task_status: str | None = None  # a background task's end, from task_updated
+    updated_at: float = float("-inf")  # when its last progress text went out
 
 
 class StreamedText:
@@ -304,7 +277,7 @@ class RunState:
         frame = ToolCall(
             id_, run_id, seq, ts, provider, session, invocation, caller,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             args=card.args,
             status="in_progress",
             parent_tool_id=card.parent_tool_id,
@@ -327,7 +300,7 @@ class RunState:
         frame = ToolResult(
             id_, run_id, seq, ts, provider, session, invocation, caller,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             status="completed" if ok else "failed",
             result=result,
             timing_ms=max(int((ts - card.started) * 1000), 0),
