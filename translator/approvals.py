@@ -43,6 +43,7 @@ from codelegate.translator.frames import (
     ApprovalResolved,
     AskUser,
     Frame,
+    InvocationStatus,
     ResolvedBy,
     frame_id,
 )
@@ -94,7 +95,7 @@ class ApprovalRules:
         self,
         state: RunState,
         cards: Cards,
-        invocation_frame: Callable[..., None],
+        invocation_frame: Callable[[InvocationStatus, str], None],
         cfg: ApprovalsConfig | None,
     ) -> None:
         self.s = state
@@ -251,7 +252,7 @@ class ApprovalRules:
                 tool_id=tool_id,
             )
             return
-        self._invocation_frame("awaiting_approval", current=_WAITING)
+        self._invocation_frame("awaiting_approval", _WAITING)
         request_id = frame_id(self.s.run_id, self.s.seq + 1)
         asked = Asked(
             request_id=request_id,
@@ -376,7 +377,7 @@ class ApprovalRules:
         )
         # Back to work once nothing waits; not when the run is ending (a cancel, the close).
         if not self._pending and by != "cancel" and not ending:
-            self._invocation_frame("running", current=_WORKING)
+            self._invocation_frame("running", _WORKING)
 
 
 def _only(texts: Mapping[str, str] | None, keys: set[str]) -> dict[str, str]:

@@ -15,7 +15,6 @@ from typing import Final
 import msgspec
 
 import codelegate.translator.wire as wire
-from codelegate.policy.approvals import FILE_CHANGE_TOOLS
 from codelegate.translator.args import clean_args
 from codelegate.translator.frames import (
     ActivityStatus,
@@ -25,18 +24,11 @@ from codelegate.translator.frames import (
     ToolCallUpdate,
     ToolProgress,
 )
-from codelegate.translator.inputs import NAME_CHARS
 from codelegate.translator.patch import creation_diff, unified_diff
-from codelegate.translator.state import TOOL_PREFIX, Card, RunState
-from codelegate.translator.summary import (
-    SUBAGENT_TOOLS,
-    activity_texts,
-    changed_path,
-    tool_title,
-)
+from codelegate.translator.state import TOOL_PREFIX, UNKNOWN_TOOL, Card, RunState, Tool
+from codelegate.translator.summary import activity_texts, changed_path, titled
 from codelegate.translator.units import bound_units, clean_units
 
-UNKNOWN_TOOL: Final = "unknown"
 _TASK_END: Final = frozenset({"completed", "failed", "stopped", "killed"})
 _UPDATE_EVERY: Final = 1.0  # seconds between two progress texts of one card
 
@@ -52,17 +44,19 @@ class Cards:
         self._replay = replay
 
     def open(
-        self, use_id: str, tool: str, raw_args: object, parent: str | None, partial: bool = False
+        self, use_id: str, tool: Tool, raw_args: object, parent: str | None, partial: bool = False
     ) -> None:
-        """A card for the CLI's tool call ``use_id`` of ``tool`` (its name, already clean)."""
+        """A card for the CLI's tool call ``use_id`` of ``tool`` (:meth:`RunState.tool`)."""
         s = self.s
         s.seen.add(use_id)
-        card = Card(use_id, tool, s.tool_id(parent) if parent else None, s.now, None, None)
+        # Its tool_id once the arguments are screened (the same screen may pass the id).
+        card = Card(use_id, "", tool, s.tool_id(parent) if parent else None, s.now, None, None)
         card.partial = partial
         if self._set_args(card, raw_args):
             # The same screen found nothing to mask in the id either: it is its own frame id.
-            s.tool_ids[use_id] = TOOL_PREFIX + use_id
-        card.tool_id = s.tool_id(use_id)
+            s.tool_ids[use_id] = card.tool_id = TOOL_PREFIX + use_id
+        else:
+            card.tool_id = s.tool_id(use_id)
         s.cards[use_id] = card
         s.tools_started += 1
         if s.invocation is not None:
@@ -71,11 +65,12 @@ class Cards:
             s.sequence = card.sequence = s.sequence + 1
             self._activity(card, "running")
         self._call(card)
-        held = s.held.pop(use_id, None) if s.held else None
-        if held:
-            s.held_count -= len(held)
-            for msg in held:
-                self._replay(msg)
+        if s.held:
+            held = s.held.pop(use_id, None)
+            if held:
+                s.held_count -= len(held)
+                for msg in held:
+                    self._replay(msg)
 
     def fill(self, card: Card, raw_args: object) -> None:
         """The block of a card opened at its start is complete: a repeated tool_call carries
@@ -91,22 +86,26 @@ class Cards:
         found nothing to mask in the card's id either."""
         s = self.s
         card.args, screened = clean_args(s.redactor, s.limits, raw_args, card.use_id)
-        tool = card.tool
-        changed = changed_path(tool, raw_args, s.ctx.cwd)
-        # From the raw input (the cleaned args may be cut), so redacted here: it goes into
-        # files_changed and the activity's files.
-        card.changed = s.said(changed) if changed is not None else None
-        if tool == "Write" and isinstance(raw_args, dict):
-            content = raw_args.get("content")
-            if isinstance(content, str):
-                card.content = content[: 2 * s.limits.result_bytes]
+        if card.facts.changes_files:
+            tool = card.facts.tool
+            changed = changed_path(tool, raw_args, s.ctx.cwd)
+            # From the raw input (the cleaned args may be cut), so redacted here: it goes into
+            # files_changed and the activity's files.
+            card.changed = s.said(changed) if changed is not None else None
+            if tool == "Write" and isinstance(raw_args, dict):
+                content = raw_args.get("content")
+                if isinstance(content, str):
+                    card.content = content[: 2 * s.limits.result_bytes]
         return screened
 
     def _call(self, card: Card) -> None:
         s = self.s
+        facts = card.facts
         # From the cleaned args: already redacted, so only cut here.
-        summary = bound_units(tool_title(card.tool, card.args, s.ctx.cwd), s.limits.summary_chars)
-        s.review.observe(s.tool_call(card, summary))
+        title = titled(facts.tool, facts.title, card.args, s.ctx.cwd)
+        frame = s.tool_call(card, bound_units(title, s.limits.summary_chars))
+        if facts.review is not None:
+            s.review.opened(frame.tool_id, facts.review, frame.args)
 
     def tool_result(self, block: wire.ResultBlock, extra: msgspec.Raw, parent: str | None) -> None:
         """A tool_result block: its card closes (one result per call)."""
@@ -118,7 +117,7 @@ class Cards:
             if use_id in s.seen:
                 return  # its card is closed already: one result per call
             # A result for an id never seen: a synthetic card first, so no result is an orphan.
-            self.open(use_id, UNKNOWN_TOOL, {}, parent)
+            self.open(use_id, s.tool(None), {}, parent)
             # Opening it may have replayed held subagent lines that closed it already.
             card = s.cards.get(use_id)
             if card is None:
@@ -136,16 +135,18 @@ class Cards:
             )
             return
         diff = None
-        if card.tool in SUBAGENT_TOOLS or card.tool in FILE_CHANGE_TOOLS:
+        facts = card.facts
+        if facts.subagent:
             details = _tool_use_result(extra)
-            if card.tool in SUBAGENT_TOOLS:
-                if details is not None and details.status == "async_launched":
-                    # A background subagent: its card stays open until task_notification.
-                    card.background = True
-                    self.progress(card, self.elapsed(card), summary="Running in the background")
-                    self.update(card, "Running in the background")
-                    return
-            elif card.changed is not None and details is not None:
+            if details is not None and details.status == "async_launched":
+                # A background subagent: its card stays open until task_notification.
+                card.background = True
+                self.progress(card, self.elapsed(card), summary="Running in the background")
+                self.update(card, "Running in the background")
+                return
+        elif facts.changes_files and card.changed is not None:
+            details = _tool_use_result(extra)
+            if details is not None:
                 if details.structuredPatch:
                     diff = unified_diff(card.changed, details.structuredPatch)
                 elif details.type == "create" and card.content is not None:
@@ -177,7 +178,7 @@ class Cards:
         if tool_id not in s.denials:
             s.denials[tool_id] = PermissionDenial(
                 tool_id=tool_id,
-                name=s.said(tool_name or (card.tool if card else UNKNOWN_TOOL)),
+                name=s.said(tool_name or (card.facts.tool if card else UNKNOWN_TOOL)),
                 input=card.args if card else None,
             )
 
@@ -270,7 +271,8 @@ class Cards:
             error_type,
             redactor.clean_text(diff, limits.result_bytes) if diff is not None else None,
         )
-        s.review.observe(frame)
+        if card.facts.review is not None:
+            s.review.closed(frame)
 
     def progress(
         self, card: Card, elapsed_ms: int, summary: str | None = None, **counters: object
@@ -280,7 +282,7 @@ class Cards:
         s.frame(
             ToolProgress,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             elapsed_ms=max(elapsed_ms, 0),
             summary=clean_units(summary, s.limits.summary_chars, s.redactor.clean_chars)
             if summary
@@ -299,7 +301,7 @@ class Cards:
         s.frame(
             ToolCallUpdate,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             status="in_progress",
             result=s.redactor.clean_text(text, s.limits.result_bytes),
             parent_tool_id=card.parent_tool_id,
@@ -309,23 +311,20 @@ class Cards:
         return max(int((self.s.now - card.started) * 1000), 0)
 
     def _activity(self, card: Card, status: ActivityStatus) -> None:
-        title, summary = activity_texts(card.kind, status)
+        kind = card.facts.kind
+        title, summary = activity_texts(kind, status)
         changed = card.changed
         self.s.frame(
             ProviderActivity,
             activityId=card.tool_id,
             sequence=card.sequence,
-            kind=card.kind,
+            kind=kind,
             status=status,
             title=title,
             summary=summary,
             # The only per-row detail O Chat shows: file names (it keeps at most 8 of 128 chars).
             files=_file_names(changed, self.s.redactor.clean_chars),
         )
-
-    def name(self, raw: str | None) -> str:
-        """A tool's name as the model wrote it, as the frames of its card carry it."""
-        return self.s.said(raw or UNKNOWN_TOOL, NAME_CHARS)
 
 
 def _file_names(changed: str | None, clean: Callable[[str, int], str]) -> list[str] | None:

@@ -9,8 +9,8 @@ each to its rules (the cards in :mod:`translator.cards`, assistant text in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final
 
 import msgspec
 
@@ -55,6 +55,13 @@ _HANDLED_SUBTYPES: Final = frozenset(
 )
 # Partial-message events that can open a card or grow a text (the rest carry nothing).
 _STREAMED: Final = frozenset({"content_block_start", "content_block_delta", "message_start"})
+# Which field of a provider_invocation carries its text, by its status (the rest: an error).
+_SUMMARY_FIELDS: Final[dict[InvocationStatus, str]] = {
+    "starting": "currentSummary",
+    "running": "currentSummary",
+    "awaiting_approval": "currentSummary",
+    "completed": "resultSummary",
+}
 # Known subtypes that carry nothing for cards: most system lines, dismissed with one lookup.
 _PASSIVE_SUBTYPES: Final = wire.KNOWN_SUBTYPES - _HANDLED_SUBTYPES
 
@@ -78,6 +85,7 @@ class Translator:
         self.approvals = ApprovalRules(state, cards, self._invocation_frame, approvals)
         # When the run is over (the daemon closes the CLI's stdin then): see translator.control.
         self.channel = Channel()
+        self._handlers = self._line_handlers()
 
     # --- the public API ---------------------------------------------------------------------
 
@@ -87,7 +95,7 @@ class Translator:
         if s is None or s.started:
             return []
         s.started = True
-        self._invocation_frame("running", current="Working in the selected workspace")
+        self._invocation_frame("running", "Working in the selected workspace")
         return s.take()
 
     def receive_data(self, data: bytes, now: float) -> list[Frame]:
@@ -167,11 +175,7 @@ class Translator:
         result = final_result(s, outcome, now)
         s.result = result
         if s.invocation is not None:
-            status, text = invocation_end(result.status)
-            if status == "completed":
-                self._invocation_frame(status, result=text)
-            else:
-                self._invocation_frame(status, error=text)
+            self._invocation_frame(*invocation_end(result.status))
         s.frame(RunResult, result=result)
         s.closed = True
         return s.take()
@@ -238,7 +242,7 @@ class Translator:
             for line in self._splitter.complete_lines(block):
                 self._line(line)
             return
-        dispatch = self._dispatch
+        handlers = self._handlers
         stream = self.messages.stream
         stream_event, system, passive = wire.StreamEvent, wire.System, _PASSIVE_SUBTYPES
         for msg in messages:
@@ -254,7 +258,7 @@ class Translator:
                 continue
             if kind is system and msg.subtype in passive:  # type: ignore[union-attr]
                 continue
-            dispatch(msg)
+            handlers[kind](msg)
 
     def _line(self, raw: bytes) -> None:
         try:
@@ -269,86 +273,91 @@ class Translator:
             self._dispatch(msg)
 
     def _dispatch(self, msg: wire.Line) -> None:
-        # ``type(msg) is`` rather than isinstance (this runs once per line); mypy narrows both.
-        if type(msg) is wire.Assistant or type(msg) is wire.User:
-            parent = msg.parent_tool_use_id
-            if type(msg) is wire.User and msg.isReplay:
-                self.channel.replayed()  # a user message we wrote, taken in: nothing to show
-            elif parent is not None and parent not in self.state.seen:
-                self._hold(parent, msg)
-            elif isinstance(msg, wire.Assistant):
-                self._assistant(msg)
-            else:
-                self._user(msg)
-        elif type(msg) is wire.System:
-            self._system(msg)
-        elif type(msg) is wire.ToolProgressLine:
-            open_cards = self.state.cards
-            card = open_cards.get(msg.tool_use_id) or open_cards.get(msg.parent_tool_use_id or "")
-            if card is not None:
-                elapsed = int(msg.elapsed_time_seconds * 1000)
-                self.cards.progress(card, elapsed)
-                self.cards.update(card, f"Still running after {elapsed // 1000} s")
-        elif type(msg) is wire.Result:
-            # Several result lines may come (after a background task): the last one wins.
-            self.state.last_result = msg
-            self._session(msg.session_id)
-            self.channel.result()
-        elif type(msg) is wire.StreamEvent:
-            self.messages.stream(msg)
-        elif type(msg) is wire.ControlRequest:
-            self.approvals.control_request(msg)
-        elif type(msg) is wire.ControlCancel:
-            self.approvals.control_cancel(msg)
-        # rate_limit_event: quotas, nothing for a card.
+        self._handlers[type(msg)](msg)
+
+    def _line_handlers(self) -> dict[type[wire.Line], Callable[[Any], None]]:
+        # One lookup a line instead of a chain of type tests (this runs once per line).
+        approvals = self.approvals
+        return {
+            wire.Assistant: self._assistant,
+            wire.User: self._user,
+            wire.System: self._system,
+            wire.ToolProgressLine: self._progress,
+            wire.Result: self._result,
+            wire.StreamEvent: self.messages.stream,
+            wire.ControlRequest: approvals.control_request,
+            wire.ControlCancel: approvals.control_cancel,
+            wire.RateLimitEvent: _ignore,  # quotas, nothing for a card
+        }
+
+    def _progress(self, msg: wire.ToolProgressLine) -> None:
+        open_cards = self.state.cards
+        card = open_cards.get(msg.tool_use_id) or open_cards.get(msg.parent_tool_use_id or "")
+        if card is not None:
+            elapsed = int(msg.elapsed_time_seconds * 1000)
+            self.cards.progress(card, elapsed)
+            self.cards.update(card, f"Still running after {elapsed // 1000} s")
+
+    def _result(self, msg: wire.Result) -> None:
+        # Several result lines may come (after a background task): the last one wins.
+        self.state.last_result = msg
+        self._session(msg.session_id)
+        self.channel.result()
 
     def _assistant(self, msg: wire.Assistant) -> None:
         parent = msg.parent_tool_use_id
+        if parent is not None and parent not in self.state.seen and self._hold(parent, msg):
+            return
         content = msg.message.content
         if isinstance(content, str):
             if content:
                 self.messages.message(content, parent)
             return
         cards = self.cards
-        seen = self.state.seen
+        s = self.state
+        seen = s.seen
         for block in content:
             kind = block.type
             if kind == "tool_use":
                 use_id = block.id
                 if use_id and use_id not in seen:
                     # The model chooses the name: it goes into every frame of the card.
-                    cards.open(use_id, cards.name(block.name), block.input, parent)
+                    cards.open(use_id, s.tool(block.name), block.input, parent)
                 elif use_id:
-                    card = self.state.cards.get(use_id)
+                    card = s.cards.get(use_id)
                     if card is not None and card.partial:
                         cards.fill(card, block.input)
             elif kind == "text" and block.text:
                 self.messages.message(block.text, parent)
 
     def _user(self, msg: wire.User) -> None:
+        if msg.isReplay:
+            self.channel.replayed()  # a user message we wrote, taken in: nothing to show
+            return
+        parent = msg.parent_tool_use_id
+        if parent is not None and parent not in self.state.seen and self._hold(parent, msg):
+            return
         content = msg.message.content
         if isinstance(content, str):
             return  # a prompt, not a tool result
         for block in content:
             if block.type == "tool_result" and block.tool_use_id:
-                self.cards.tool_result(block, msg.tool_use_result, msg.parent_tool_use_id)
+                self.cards.tool_result(block, msg.tool_use_result, parent)
 
-    def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> None:
+    def _hold(self, parent: str, msg: wire.Assistant | wire.User) -> bool:
         # A subagent's line came before its Task tool_use: keep it until the card opens, within
-        # a bound; past the bound it is shown now, under a parent card that does not exist yet.
+        # a bound; past the bound it is shown now (False), under a parent card that does not
+        # exist yet.
         s = self.state
         if s.held_count >= s.limits.held_lines:
             s.count("orphan_line")
-            if isinstance(msg, wire.Assistant):
-                self._assistant(msg)
-            else:
-                self._user(msg)
-            return
+            return False
         s.held_count += 1
         if isinstance(msg, wire.User):
             # Raw fields are views of the chunk they came in: a held line must not pin it.
             msg.tool_use_result = msg.tool_use_result.copy()
         s.held.setdefault(parent, []).append(msg)
+        return True
 
     def _system(self, msg: wire.System) -> None:
         subtype = msg.subtype
@@ -375,16 +384,10 @@ class Translator:
         s.cli_session = session_id
         if session_id != s.session_id:
             s.session_id = session_id
-            self._invocation_frame("running", current="Working in the selected workspace")
+            self._invocation_frame("running", "Working in the selected workspace")
 
-    def _invocation_frame(
-        self,
-        status: InvocationStatus,
-        *,
-        current: str | None = None,
-        result: str | None = None,
-        error: str | None = None,
-    ) -> None:
+    def _invocation_frame(self, status: InvocationStatus, summary: str) -> None:
+        # The Work Room's status, with its one (allowlisted) text in the field the status says.
         s = self.state
         if s.invocation is None:
             return
@@ -397,7 +400,9 @@ class Translator:
             sessionId=s.session_id,
             elapsedMs=max(int((s.now - s.ctx.started_at) * 1000), 0),
             taskTitle="Complete the requested task",
-            currentSummary=current,
-            resultSummary=result,
-            errorSummary=error,
+            **{_SUMMARY_FIELDS.get(status, "errorSummary"): summary},
         )
+
+
+def _ignore(msg: wire.Line) -> None:
+    pass

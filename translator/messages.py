@@ -16,7 +16,6 @@ from codelegate.translator.state import RunState, StreamedText
 from codelegate.translator.units import clean_units
 
 _STREAM_EVERY: Final = 0.1  # seconds between two updates of a streamed message (≈ 10 a second)
-_SPACES: Final = (" ", "\n", "\t")
 
 
 class Messages:
@@ -72,8 +71,7 @@ class Messages:
             return
         if block.type == "tool_use":
             if block.id and block.id not in s.seen:
-                cards = self._cards
-                cards.open(block.id, cards.name(block.name), {}, parent, partial=True)
+                self._cards.open(block.id, s.tool(block.name), {}, parent, partial=True)
         elif block.type == "text":
             s.streaming[parent] = StreamedText(self._message_id(), parent, event.index)
 
@@ -87,7 +85,8 @@ class Messages:
         so_far = "".join(streamed.chunks)
         streamed.chunks = [so_far]
         # Up to the last space: a credential-shaped word is masked only once it is whole.
-        settled = so_far[: max(0, *(so_far.rfind(space) for space in _SPACES))].rstrip()
+        cut = max(so_far.rfind(" "), so_far.rfind("\n"), so_far.rfind("\t"), 0)
+        settled = so_far[:cut].rstrip()
         if not settled:
             return
         redactor = s.redactor

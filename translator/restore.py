@@ -31,13 +31,21 @@ def restore_into(s: RunState, frames: Iterable[Frame]) -> None:
             s.session_id = frame.child_session_id
         if isinstance(frame, ToolCall):
             use_id = frame.tool_id.removeprefix(TOOL_PREFIX)
-            tool = frame.name.removeprefix(NAME_PREFIX)
-            changed = changed_path(tool, frame.args, s.ctx.cwd)
+            tool = s.tool(frame.name.removeprefix(NAME_PREFIX))
+            changed = changed_path(tool.tool, frame.args, s.ctx.cwd)
             card = s.cards.get(use_id)
             if card is not None:  # a card opened at its block's start, then filled
                 card.args, card.changed = frame.args, changed
                 continue
-            card = Card(use_id, tool, frame.parent_tool_id, frame.ts, frame.args, changed)
+            card = Card(
+                use_id,
+                TOOL_PREFIX + use_id,
+                tool,
+                frame.parent_tool_id,
+                frame.ts,
+                frame.args,
+                changed,
+            )
             s.seen.add(use_id)
             s.cards[use_id] = card
             s.tools_started += 1

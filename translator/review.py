@@ -46,23 +46,26 @@ class Review:
     def observe(self, frame: Frame) -> None:
         """Take note of a card frame (any other frame is ignored)."""
         if type(frame) is ToolCall:
-            self._opened(frame)
+            tool = reviewed_tool(frame.name)
+            if tool is not None:
+                self.opened(frame.tool_id, tool, frame.args)
         elif type(frame) is ToolResult:
-            self._closed(frame)
+            self.closed(frame)
 
-    def _opened(self, frame: ToolCall) -> None:
-        tool = frame.name.rpartition(_NAME_SEPARATOR)[2]
-        args = frame.args
-        if tool == "Bash" and isinstance(args, dict):
-            command = args.get("command")
+    def opened(self, tool_id: str, tool: str, args: object) -> None:
+        """A card's tool_call: ``tool`` is :func:`reviewed_tool` of its name (the card rules
+        know it per tool name), ``args`` its cleaned arguments."""
+        if tool == "Bash":
+            command = args.get("command") if isinstance(args, dict) else None
             if isinstance(command, str):
-                self._open[frame.tool_id] = (tool, command)
-        elif tool in FILE_CHANGE_TOOLS:
+                self._open[tool_id] = (tool, command)
+        else:
             path = changed_path(tool, args, self._cwd)
             if path:
-                self._open[frame.tool_id] = (tool, path)
+                self._open[tool_id] = (tool, path)
 
-    def _closed(self, frame: ToolResult) -> None:
+    def closed(self, frame: ToolResult) -> None:
+        """A card's tool_result (of a card this took note of, or any other: ignored)."""
         opened = self._open.pop(frame.tool_id, None)
         if opened is None:
             return
@@ -134,6 +137,13 @@ class Review:
             used += size
         kept.reverse()
         return kept, len(self._commands) - len(kept)
+
+
+def reviewed_tool(name: str) -> str | None:
+    """The tool a card frame's ``name`` speaks of, when the evidence takes note of it (a Bash
+    command, a file change); None otherwise."""
+    tool = name.rpartition(_NAME_SEPARATOR)[2]
+    return tool if tool == "Bash" or tool in FILE_CHANGE_TOOLS else None
 
 
 def _command(text: str, frame: ToolResult) -> Command:

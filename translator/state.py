@@ -10,9 +10,12 @@ else.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
+
+import msgspec
 
 import codelegate.translator.wire as wire
+from codelegate.policy.approvals import FILE_CHANGE_TOOLS
 from codelegate.policy.request import AGENT_IO_ID
 from codelegate.translator.frames import (
     PROVIDER,
@@ -30,64 +33,56 @@ from codelegate.translator.frames import (
 )
 from codelegate.translator.inputs import NAME_CHARS, Limits, RunContext
 from codelegate.translator.redact import Redactor
-from codelegate.translator.review import Review
-from codelegate.translator.summary import activity_kind
+from codelegate.translator.review import Review, reviewed_tool
+from codelegate.translator.summary import SUBAGENT_TOOLS, activity_kind, title_of
 
 TOOL_PREFIX: Final = "claude:"
 NAME_PREFIX: Final = "Claude Code › "
+UNKNOWN_TOOL: Final = "unknown"  # the name of a card whose tool the CLI did not name
 # The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
 SAID_CHARS: Final = 1024
+# A frame's envelope, as its first fields take it (translator.frames._Frame).
+Envelope = tuple[str, str, int, float, Literal["claude_code"], str | None, str | None, str | None]
+_TOOLS_KEPT: Final = 256  # tool names whose facts a run remembers
 
 
-class Card:
-    """An open tool call: created by its tool_use, gone once its tool_result frame is out."""
+class Tool:
+    """What a tool's name alone says of its cards: worked out once per name of a run (the
+    same few names come back on every call), not once per card."""
 
-    # A plain slotted class: one is made per tool call, on the hot path.
-    __slots__ = (
-        "args",
-        "background",
-        "changed",
-        "content",
-        "denied",
-        "kind",
-        "name",
-        "parent_tool_id",
-        "partial",
-        "sequence",
-        "started",
-        "task_status",
-        "tool",
-        "tool_id",
-        "updated_at",
-        "use_id",
-    )
+    __slots__ = ("changes_files", "kind", "name", "review", "subagent", "title", "tool")
 
-    def __init__(
-        self,
-        use_id: str,
-        tool: str,
-        parent_tool_id: str | None,
-        started: float,
-        args: object,
-        changed: str | None,
-        tool_id: str | None = None,
-    ) -> None:
-        self.use_id = use_id
-        self.tool = tool
-        self.tool_id = tool_id or TOOL_PREFIX + use_id
-        self.name = NAME_PREFIX + tool
-        self.parent_tool_id = parent_tool_id
+    def __init__(self, tool: str) -> None:
+        self.tool = tool  # the name as the frames carry it (already said)
+        self.name = NAME_PREFIX + tool  # the cards' frame name
         self.kind: ActivityKind = activity_kind(tool)
-        self.started = started
-        self.args = args
-        self.changed = changed
-        self.partial = False  # opened at its block's start: the arguments are still coming
-        self.sequence = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
-        self.background = False  # an async subagent: ends on task_notification, not its result
-        self.denied: str | None = None  # the CLI's reason when permission was denied
-        self.content: str | None = None  # a Write's text, for a creation diff
-        self.task_status: str | None = None  # a background task's end, from task_updated
-        self.updated_at = float("-inf")  # when its last progress text went out
+        self.title = title_of(tool)
+        self.changes_files = tool in FILE_CHANGE_TOOLS
+        self.subagent = tool in SUBAGENT_TOOLS
+        # What the review evidence takes a card of this name for (None: it takes no note).
+        self.review = reviewed_tool(self.name)
+
+
+class Card(msgspec.Struct, gc=False):
+    """An open tool call: created by its tool_use, gone once its tool_result frame is out.
+
+    A Struct rather than a slotted class: one is made per tool call, on the hot path, and a
+    Struct is built in C and never tracked by the garbage collector (no card is in a cycle)."""
+
+    use_id: str
+    tool_id: str
+    facts: Tool  # what its tool's name says (its name as frames carry it: facts.name)
+    parent_tool_id: str | None
+    started: float
+    args: Any
+    changed: str | None
+    partial: bool = False  # opened at its block's start: the arguments are still coming
+    sequence: int = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
+    background: bool = False  # an async subagent: ends on task_notification, not its result
+    denied: str | None = None  # the CLI's reason when permission was denied
+    content: str | None = None  # a Write's text, for a creation diff
+    task_status: str | None = None  # a background task's end, from task_updated
+    updated_at: float = float("-inf")  # when its last progress text went out
 
 
 class StreamedText:
@@ -142,6 +137,7 @@ class RunState:
         "streaming",
         "tasks",
         "tool_ids",
+        "tools",
         "tools_completed",
         "tools_failed",
         "tools_started",
@@ -167,6 +163,7 @@ class RunState:
         self.seen: set[str] = set()  # every tool_use id that opened a card
         self.tool_ids: dict[str, str] = {}  # the CLI's tool_use id -> the frames' tool_id
         self.said_cache: dict[str, str] = {}
+        self.tools: dict[str | None, Tool] = {}  # by the name as the model wrote it
         self.tasks: dict[str, str] = {}  # task_id -> tool_use_id
         # Subagent lines waiting for their Task card, by its tool_use id.
         self.held: dict[str, list[wire.Assistant | wire.User]] = {}
@@ -206,6 +203,16 @@ class RunState:
             self.said_cache[text] = said
         return said
 
+    def tool(self, raw: str | None) -> Tool:
+        """The facts of the tool the model named ``raw`` (its name said, as frames carry it)."""
+        tool = self.tools.get(raw)
+        if tool is None:
+            tool = Tool(self.said(raw or UNKNOWN_TOOL, NAME_CHARS))
+            # Bounded: a run calls a handful of tools, but the model may invent names.
+            if len(self.tools) < _TOOLS_KEPT:
+                self.tools[raw] = tool
+        return tool
+
     def tool_id(self, use_id: str) -> str:
         """The frame id of the CLI's tool call ``use_id``: redacted like any string it chose, and
         still one id per call (two masked ids must not name the same card)."""
@@ -240,20 +247,21 @@ class RunState:
 
     def frame(self, frame_type: type[Frame], /, **fields: object) -> None:
         """The run's next frame of ``frame_type`` (the envelope is stamped here)."""
+        self.out.append(frame_type(*self.envelope(), **fields))  # type: ignore[arg-type]
+
+    def envelope(self) -> Envelope:
+        """The next frame's envelope (its ``seq`` taken), in the order of the frames' fields."""
         self.seq = seq = self.seq + 1
         run_id = self.run_id
-        self.out.append(
-            frame_type(
-                id=frame_id(run_id, seq),
-                run_id=run_id,
-                seq=seq,
-                ts=self.now,
-                provider=PROVIDER,
-                child_session_id=self.session_id,
-                invocationId=self.invocation,
-                parentToolCallId=self.parent,
-                **fields,  # type: ignore[arg-type]
-            )
+        return (
+            frame_id(run_id, seq),
+            run_id,
+            seq,
+            self.now,
+            PROVIDER,
+            self.session_id,
+            self.invocation,
+            self.parent,
         )
 
     # The three frames of every card and message are built without frame(): splatting keyword
@@ -261,24 +269,16 @@ class RunState:
 
     def tool_call(self, card: Card, summary: str) -> ToolCall:
         """A card's tool_call frame (made and kept in ``out``)."""
-        self.seq = seq = self.seq + 1
-        run_id = self.run_id
+        id_, run_id, seq, ts, provider, session, invocation, caller = self.envelope()
         frame = ToolCall(
-            id=frame_id(run_id, seq),
-            run_id=run_id,
-            seq=seq,
-            ts=self.now,
-            provider=PROVIDER,
-            child_session_id=self.session_id,
-            invocationId=self.invocation,
-            parentToolCallId=self.parent,
+            id_, run_id, seq, ts, provider, session, invocation, caller,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             args=card.args,
             status="in_progress",
             parent_tool_id=card.parent_tool_id,
             summary=summary,
-        )
+        )  # fmt: skip
         self.out.append(frame)
         return frame
 
@@ -292,53 +292,35 @@ class RunState:
         diff: str | None,
     ) -> ToolResult:
         """A card's tool_result frame (made and kept in ``out``), its texts already clean."""
-        self.seq = seq = self.seq + 1
-        run_id = self.run_id
-        now = self.now
+        id_, run_id, seq, ts, provider, session, invocation, caller = self.envelope()
         frame = ToolResult(
-            id=frame_id(run_id, seq),
-            run_id=run_id,
-            seq=seq,
-            ts=now,
-            provider=PROVIDER,
-            child_session_id=self.session_id,
-            invocationId=self.invocation,
-            parentToolCallId=self.parent,
+            id_, run_id, seq, ts, provider, session, invocation, caller,
             tool_id=card.tool_id,
-            name=card.name,
+            name=card.facts.name,
             status="completed" if ok else "failed",
             result=result,
-            timing_ms=max(int((now - card.started) * 1000), 0),
+            timing_ms=max(int((ts - card.started) * 1000), 0),
             error=error,
             error_type=error_type,
             diff=diff,
             parent_tool_id=card.parent_tool_id,
-        )
+        )  # fmt: skip
         self.out.append(frame)
         return frame
 
     def message(self, message_id: str, text: str, parent: str | None, partial: bool) -> None:
         """An assistant text frame, its text already clean; ``parent`` is the CLI's id of the
         subagent's Task call."""
-        self.seq = seq = self.seq + 1
-        run_id = self.run_id
-        self.out.append(
-            ProviderMessage(
-                id=frame_id(run_id, seq),
-                run_id=run_id,
-                seq=seq,
-                ts=self.now,
-                provider=PROVIDER,
-                child_session_id=self.session_id,
-                invocationId=self.invocation,
-                parentToolCallId=self.parent,
-                role="assistant",
-                messageId=message_id,
-                text=text,
-                parent_tool_id=self.tool_id(parent) if parent else None,
-                partial=partial,
-            )
-        )
+        id_, run_id, seq, ts, provider, session, invocation, caller = self.envelope()
+        frame = ProviderMessage(
+            id_, run_id, seq, ts, provider, session, invocation, caller,
+            role="assistant",
+            messageId=message_id,
+            text=text,
+            parent_tool_id=self.tool_id(parent) if parent else None,
+            partial=partial,
+        )  # fmt: skip
+        self.out.append(frame)
 
     def take(self) -> list[Frame]:
         """The frames made since the last call."""

@@ -100,80 +100,78 @@ def one_line(text: str, limit: int | None = None) -> str:
 
 def tool_title(tool: str, args: Any, cwd: str) -> str:
     """A short human title: ``Read src/app.py``, ``Run: pytest -q``, ``Search "TODO" in src``."""
-    if not isinstance(args, dict):
+    return titled(tool, title_of(tool), args, cwd)
+
+
+Title = Callable[[dict[str, Any], str], str]
+
+
+def title_of(tool: str) -> Title | None:
+    """The title function of ``tool`` (None: its name is its title); see :func:`titled`."""
+    return _TITLES.get(tool)
+
+
+def titled(tool: str, title: Title | None, args: Any, cwd: str) -> str:
+    """:func:`tool_title` with the tool's title function already looked up (a card's)."""
+    if title is None or not isinstance(args, dict):
         return tool
-    title = _TITLES.get(tool)
-    return (title(args, cwd) or tool) if title is not None else tool
+    return title(args, cwd) or tool
 
 
-def _path(args: dict[str, Any], cwd: str) -> str:
-    return relative_path(_text(args, "file_path") or _text(args, "notebook_path"), cwd)
-
-
-def _where(args: dict[str, Any], cwd: str) -> str:
-    where = relative_path(_text(args, "path"), cwd)
-    return f" in {where}" if where else ""
-
-
-def _verb(verb: str) -> Callable[[dict[str, Any], str], str]:
+def _title(
+    before: str,
+    keys: tuple[str, ...],
+    after: str = "",
+    shape: Callable[[str, str], str] | None = None,
+    where: bool = False,
+) -> Title:
+    # ``before`` + the first string of ``keys`` (``shape``d) + ``after`` [+ " in <path>"], or ""
+    # when the call has none: a title costs only the fields its tool has.
     def title(args: dict[str, Any], cwd: str) -> str:
-        path = _path(args, cwd)
-        return f"{verb} {path}" if path else ""
+        for key in keys:
+            value = args.get(key)
+            if value and isinstance(value, str):
+                break
+        else:
+            return ""
+        if shape is not None:
+            value = shape(value, cwd)
+        if where:
+            path = relative_path(_text(args, "path"), cwd)
+            return f"{before}{value}{after} in {path}" if path else f"{before}{value}{after}"
+        return f"{before}{value}{after}"
 
     return title
 
 
-def _run(args: dict[str, Any], cwd: str) -> str:
-    command = _text(args, "command")
-    return f"Run: {one_line(command)}" if command else ""
+def _one_line(text: str, cwd: str) -> str:
+    return one_line(text)
 
 
-def _grep(args: dict[str, Any], cwd: str) -> str:
-    pattern = _text(args, "pattern")
-    return f'Search "{pattern}"{_where(args, cwd)}' if pattern else ""
+_PATHS: Final = ("file_path", "notebook_path")
 
 
-def _glob(args: dict[str, Any], cwd: str) -> str:
-    pattern = _text(args, "pattern")
-    return f"Find {pattern}{_where(args, cwd)}" if pattern else ""
+def _edit(verb: str) -> Title:
+    return _title(f"{verb} ", _PATHS, shape=relative_path)
 
 
-def _ls(args: dict[str, Any], cwd: str) -> str:
-    where = relative_path(_text(args, "path"), cwd)
-    return f"List {where}" if where else ""
-
-
-def _fetch(args: dict[str, Any], cwd: str) -> str:
-    url = _text(args, "url")
-    return f"Fetch {url}" if url else ""
-
-
-def _web(args: dict[str, Any], cwd: str) -> str:
-    query = _text(args, "query")
-    return f'Search the web for "{query}"' if query else ""
-
-
-def _subagent(tool: str) -> Callable[[dict[str, Any], str], str]:
-    def title(args: dict[str, Any], cwd: str) -> str:
-        description = _text(args, "description")
-        return f"{tool}: {one_line(description)}" if description else ""
-
-    return title
+def _subagent(tool: str) -> Title:
+    return _title(f"{tool}: ", ("description",), shape=_one_line)
 
 
 # One function per tool, so that a title costs only the fields that tool has.
-_TITLES: Final[dict[str, Callable[[dict[str, Any], str], str]]] = {
-    "Read": _verb("Read"),
-    "Write": _verb("Write"),
-    "Edit": _verb("Edit"),
-    "MultiEdit": _verb("Edit"),
-    "NotebookEdit": _verb("Edit"),
-    "Bash": _run,
-    "Grep": _grep,
-    "Glob": _glob,
-    "LS": _ls,
-    "WebFetch": _fetch,
-    "WebSearch": _web,
+_TITLES: Final[dict[str, Title]] = {
+    "Read": _edit("Read"),
+    "Write": _edit("Write"),
+    "Edit": _edit("Edit"),
+    "MultiEdit": _edit("Edit"),
+    "NotebookEdit": _edit("Edit"),
+    "Bash": _title("Run: ", ("command",), shape=_one_line),
+    "Grep": _title('Search "', ("pattern",), '"', where=True),
+    "Glob": _title("Find ", ("pattern",), where=True),
+    "LS": _title("List ", ("path",), shape=relative_path),
+    "WebFetch": _title("Fetch ", ("url",)),
+    "WebSearch": _title('Search the web for "', ("query",), '"'),
     "Task": _subagent("Task"),
     "Agent": _subagent("Agent"),
     "TodoWrite": lambda args, cwd: "Update the to-do list",

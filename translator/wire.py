@@ -62,7 +62,6 @@ class _Line(msgspec.Struct, tag_field="type", gc=False):
 class Assistant(_Line, tag="assistant"):
     message: Message
     parent_tool_use_id: str | None = None
-    session_id: str | None = None
 
 
 class User(_Line, tag="user"):
@@ -371,6 +370,8 @@ def decode_lines(block: bytes | memoryview) -> list[Line]:
 
 def text(raw: msgspec.Raw) -> str | None:
     """A raw field as a string; None when absent, null or not a string."""
+    if raw is _RAW_NULL:
+        return None  # absent (decoded lines share the default): most fields of most lines
     try:
         return _text_decoder.decode(raw)
     except msgspec.ValidationError:
