@@ -130,11 +130,16 @@ class Driver:
         if self._config.policy.interrupt_grace_s <= 0 or child.returncode is not None:
             return
         run.interrupt = ResultWatch(self._line_bytes)
+        channel = run.translator.channel
         # Background tasks (a Bash, a subagent) first: the CLI stops each itself, its command
         # SIGTERMed and the task noted stopped in the session (an interrupt ends only a turn).
-        for task_id in run.translator.channel.background:
+        for task_id in channel.background:
             child.send(control_request(f"stop_task:{task_id}", "stop_task", task_id=task_id))
-        if not child.send(control_request(f"interrupt:{run.run_id}", "interrupt")):
+        if channel.idle:
+            # No turn runs (its result is out; only background tasks were left): the turn is
+            # over already, and no result would answer an interrupt.
+            run.turn_ended.set()
+        elif not child.send(control_request(f"interrupt:{run.run_id}", "interrupt")):
             run.interrupt = None  # stdin is closed already: the run was over anyway
 
     async def terminate(self, run: Run, child: ChildProcess) -> None:

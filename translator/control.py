@@ -205,23 +205,34 @@ class Channel:
     ``--replay-user-messages`` the CLI echoes every user message when it takes it in — the
     prompt's first (measured on 2.1.332), so ``written`` inputs are all read once ``written + 1``
     echoes came.
+
+    ``idle`` is true between a ``result`` and the next turn (its ``init`` line, or the main
+    agent's first words): then no turn runs that an interrupt could end, and a cancel need not
+    wait for a ``result`` that will not come (only background tasks are left, stopped first).
     """
 
-    __slots__ = ("background", "over", "replays", "written")
+    __slots__ = ("background", "idle", "over", "replays", "written")
 
     def __init__(self) -> None:
         self.background: tuple[str, ...] = ()  # the open background tasks' ids
         self.over = False
+        self.idle = False  # the prompt's turn runs from the start
         self.written = 0  # user messages written after the prompt
         self.replays = 0  # echoes of user messages, the prompt's included
 
     def result(self) -> None:
+        self.idle = True
         self.over = not self.background and (self.written == 0 or self.replays > self.written)
+
+    def turn(self) -> None:
+        """A turn runs: its ``init`` line came, or the main agent said something."""
+        self.idle = False
 
     def input_written(self) -> None:
         """A user message was written mid-run: the run is not over before its turn's result."""
         self.written += 1
         self.over = False
+        self.idle = False  # the CLI takes it in as a turn of its own, if none runs
 
     def replayed(self) -> None:
         """The CLI echoed a user message it took in (``isReplay``)."""

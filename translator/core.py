@@ -306,7 +306,9 @@ class Translator:
 
     def _assistant(self, msg: wire.Assistant) -> None:
         parent = msg.parent_tool_use_id
-        if parent is not None and parent not in self.state.seen and self._hold(parent, msg):
+        if parent is None:
+            self.channel.idle = False  # the main agent speaks: a turn runs
+        elif parent not in self.state.seen and self._hold(parent, msg):
             return
         content = msg.message.content
         if isinstance(content, str):
@@ -364,6 +366,7 @@ class Translator:
         if subtype in _PASSIVE_SUBTYPES:
             return
         if subtype == "init":
+            self.channel.turn()  # every turn opens with init, a background task's own too
             self._session(msg.session_id)
         elif subtype == "permission_denied":
             self.cards.permission_denied(msg)

@@ -9,6 +9,7 @@ import pytest
 
 from codelegate.daemon.serving.state import manager_of
 from tests.e2e.conftest import E2E, frames_until, is_run_result
+from tests.polling import until
 from tests.procfs import marked_processes
 from tests.stub.anthropic import Turn, text, tool
 
@@ -113,3 +114,38 @@ async def test_a_run_with_a_background_bash_keeps_stdin_open_until_its_last_resu
     assert run.result is not None
     assert run.result.status == "completed"
     assert run.result.result == "The ticker finished."
+
+
+@pytest.mark.parametrize("daemon_policy", [{"interrupt_grace_s": 60}])
+async def test_a_cancel_with_only_a_background_task_left_stops_it_and_ends_without_the_grace(
+    e2e: E2E,
+) -> None:
+    """The turn's result is out and only a background Bash runs: no turn is left for an
+    interrupt to end, so the cancel stops the task and ends the run at once rather than after
+    ``interrupt_grace_s`` (a minute here, longer than this test waits)."""
+    (e2e.workspace / "sleeper.py").write_text(SLEEPER)
+    ready = e2e.stub.signal_url("sleeper")
+    command = f"python3 sleeper.py {ready}"
+    e2e.stub.main.turns = [
+        tool("Bash", command=command, description="Hold", run_in_background=True),
+        text("It runs in the background."),
+    ]
+    status, started = await e2e.post_run("Run it in the background.")
+    assert status == 202
+    run_id = started["run_id"]
+    assert e2e.handle is not None
+    run = manager_of(e2e.handle.app).get(run_id)
+    assert run is not None
+    async with e2e.ws(run_id) as ws:
+        await e2e.stub.wait_for_signal("sleeper")
+        await until(lambda: run.translator.channel.idle, what="the turn's result")
+        assert run.translator.channel.background  # the command still runs
+        status, _ = await e2e.post(f"/v1/runs/{run_id}/cancel")
+        assert status == 202
+        async with asyncio.timeout(30):
+            frames = await frames_until(ws, is_run_result)
+    assert frames[-1]["result"]["status"] == "cancelled"
+    await e2e.settled(run_id)
+    assert marked_processes(run_id) == []
+    resumed, _ = await _resume(e2e, frames[-1]["result"]["session_id"])
+    assert resumed["status"] == "completed"

@@ -17,7 +17,7 @@ from codelegate.translator.control import (
     task_ids,
     user_message,
 )
-from tests.translator.helpers import chunked, context, init_line, line, result_line
+from tests.translator.helpers import assistant, chunked, context, init_line, line, result_line
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "golden" / "transcripts"
 
@@ -109,6 +109,46 @@ def test_a_background_bash_keeps_stdin_open_until_the_result_after_its_notificat
 
 def test_a_background_subagent_run_is_over_at_its_results() -> None:
     assert _over_after_each_result("subagent_background") == [True, True]
+
+
+def test_the_channel_is_idle_from_a_result_until_the_next_turn_of_the_main_agent() -> None:
+    translator = Translator(context())
+    channel = translator.channel
+    assert not channel.idle  # the prompt's turn runs from the start
+    translator.receive_data(init_line() + result_line(), 1.0)
+    assert channel.idle
+    # A subagent's words (a background one may still talk) are not a turn of the main agent.
+    subagent = {"type": "text", "text": "still working"}
+    translator.receive_data(assistant(subagent, parent="toolu_bg"), 1.0)
+    assert channel.idle
+    translator.receive_data(init_line(), 1.0)  # a turn of its own, after a background task
+    assert not channel.idle
+    translator.receive_data(result_line(), 1.0)
+    translator.receive_data(assistant({"type": "text", "text": "hello"}), 1.0)
+    assert not channel.idle
+    channel.result()
+    channel.input_written()  # the CLI takes a steering message in as a turn
+    assert not channel.idle
+
+
+def _idle_at_each_result(name: str) -> list[bool]:
+    translator = Translator(context())
+    seen = []
+    for raw in (TRANSCRIPTS / f"{name}.jsonl").read_bytes().splitlines(keepends=True):
+        translator.receive_data(raw, 1.0)
+        kind = json.loads(raw)["type"]
+        if kind in ("result", "assistant"):
+            seen.append((kind, translator.channel.idle))
+    return seen
+
+
+def test_a_background_bash_leaves_the_channel_idle_between_its_two_turns() -> None:
+    seen = _idle_at_each_result("bash_background")
+    assert seen[-1] == ("result", True)
+    first = seen.index(("result", True))
+    # After the first result, the next turn's words make it busy again until its own result.
+    assert ("assistant", False) in seen[first:]
+    assert all(idle for kind, idle in seen if kind == "result")
 
 
 def test_a_plain_run_is_over_at_its_result_whatever_the_chunking() -> None:
