@@ -163,45 +163,38 @@ def _doctor_config(path: Path, workspace: Path, url: str) -> Path:
     return path
 
 
-def test_doctor_checks_the_redis_connection(
-    workspace: Path,
-    tmp_path: Path,
-    redis_server: RedisServer,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    secret = secrets.token_hex(16)
-    url = redis_server.url.replace("redis://", f"redis://:{secret}@")
-    good = _doctor_config(tmp_path / "good.toml", workspace, redis_server.url)
-    assert doctor(str(good)) == 0
-    out = capsys.readouterr().out
-    assert f"fanout: {redis_server.url} prefix 'codelegate' host_id 'doc-1'" in out
-    redis_server.kill()
-    bad = _doctor_config(tmp_path / "bad.toml", workspace, url)
-    assert doctor(str(bad)) == 1
-    out = capsys.readouterr().out
-    assert "PROBLEM fanout.redis_url: cannot reach Redis at redis://:***@127.0.0.1" in out
-    assert secret not in out
-
-
-async def test_doctor_says_when_redis_refuses_the_append_script(
+async def test_doctor_checks_the_redis_connection_and_its_append_script(
     workspace: Path,
     tmp_path: Path,
     redis_server: RedisServer,
     redis: Redis,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    good = _doctor_config(tmp_path / "good.toml", workspace, redis_server.url)
+    # In a thread: doctor runs its own event loop.
+    assert await asyncio.to_thread(doctor, str(good)) == 0
+    out = capsys.readouterr().out
+    assert f"fanout: {redis_server.url} prefix 'codelegate' host_id 'doc-1'" in out
     # A user that may do everything but scripting, as some managed Redis services have it.
     password = secrets.token_hex(16)
     await redis.execute_command(
         "ACL", "SETUSER", "noscripts", "on", f">{password}", "~*", "&*", "+@all", "-@scripting"
     )
     url = redis_server.url.replace("redis://", f"redis://noscripts:{password}@")
-    config = _doctor_config(tmp_path / "noscripts.toml", workspace, url)
-    # In a thread: doctor runs its own event loop.
-    assert await asyncio.to_thread(doctor, str(config)) == 1
+    refused = _doctor_config(tmp_path / "noscripts.toml", workspace, url)
+    assert await asyncio.to_thread(doctor, str(refused)) == 1
     out = capsys.readouterr().out
     assert "PROBLEM fanout.redis_url: Redis refuses the append script (" in out
     assert password not in out
+    # Redis gone: said, with the URL's password masked.
+    redis_server.kill()
+    secret = secrets.token_hex(16)
+    url = redis_server.url.replace("redis://", f"redis://:{secret}@")
+    bad = _doctor_config(tmp_path / "bad.toml", workspace, url)
+    assert await asyncio.to_thread(doctor, str(bad)) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM fanout.redis_url: cannot reach Redis at redis://:***@127.0.0.1" in out
+    assert secret not in out
 
 
 @pytest.mark.e2e
