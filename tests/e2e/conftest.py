@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from codelegate.daemon.record import Run
 from codelegate.daemon.serving.server import ServerHandle, start_server
 from codelegate.daemon.serving.state import manager_of
 from codelegate.policy.config import Config, development_config
@@ -96,6 +97,19 @@ class E2E:
         if resp.status == 202:
             self.runs.append(answer["run_id"])
         return resp.status, answer
+
+    async def started(self, task: str, **fields: Any) -> Run:
+        """A run started (202) with ``task``: the daemon's own object of it."""
+        status, answer = await self.post_run(task, **fields)
+        assert status == 202, answer
+        return self.run_of(answer["run_id"])
+
+    def run_of(self, run_id: str) -> Run:
+        """The daemon's object of the run ``run_id`` (live or recently finished)."""
+        assert self.handle is not None
+        run = manager_of(self.handle.app).get(run_id)
+        assert run is not None
+        return run
 
     async def get(self, path: str) -> tuple[int, Any]:
         async with self.client.get(f"{BASE}{path}") as resp:

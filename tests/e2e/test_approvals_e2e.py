@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from codelegate.daemon.serving.state import CONFIG, manager_of
+from codelegate.daemon.serving.state import CONFIG
 from codelegate.policy.approvals import NOT_ASKABLE_MESSAGE
 from tests.e2e.approvals import ON, asking, card_result, of_type
 from tests.e2e.conftest import E2E, frames_until, is_run_result, next_frame
@@ -222,10 +222,7 @@ async def test_with_approvals_off_a_prompt_is_denied_as_before_and_no_approval_f
     status, body = await e2e.post_run("Do it.", mode="safe", wait=True)
     assert (status, body["status"]) == (200, "completed")
     (run_id,) = [r["run_id"] for r in (await e2e.get("/v1/runs"))[1]["runs"]]
-    assert e2e.handle is not None
-    run = manager_of(e2e.handle.app).get(run_id)
-    assert run is not None
-    argv = list(run.plan.argv)
+    argv = list(e2e.run_of(run_id).plan.argv)
     assert argv[argv.index("--permission-prompts") + 1] == "none"
     assert "--permission-prompt-tool" not in argv
     async with e2e.ws(run_id) as ws:

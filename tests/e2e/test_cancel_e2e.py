@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from codelegate.daemon.serving.state import manager_of
 from tests.e2e.conftest import E2E, frames_until, is_run_result
 from tests.polling import until
 from tests.procfs import marked_processes
@@ -99,17 +98,13 @@ async def test_a_run_with_a_background_bash_keeps_stdin_open_until_its_last_resu
         text("The ticker runs in the background."),
         Turn(text("The ticker finished.").blocks, hold=held),
     ]
-    status, started = await e2e.post_run("Run the ticker in the background.")
-    assert status == 202
-    assert e2e.handle is not None
-    run = manager_of(e2e.handle.app).get(started["run_id"])
-    assert run is not None
+    run = await e2e.started("Run the ticker in the background.")
     await e2e.stub.wait_for_requests(3)  # the turn after the task's notification
     assert run.child is not None
     assert run.translator.last_result is not None  # the first result came before it
     assert run.child.stdin_open
     held.set()
-    await e2e.settled(started["run_id"])
+    await e2e.settled(run.run_id)
     assert not run.child.stdin_open
     assert run.result is not None
     assert run.result.status == "completed"
@@ -130,12 +125,8 @@ async def test_a_cancel_with_only_a_background_task_left_stops_it_and_ends_witho
         tool("Bash", command=command, description="Hold", run_in_background=True),
         text("It runs in the background."),
     ]
-    status, started = await e2e.post_run("Run it in the background.")
-    assert status == 202
-    run_id = started["run_id"]
-    assert e2e.handle is not None
-    run = manager_of(e2e.handle.app).get(run_id)
-    assert run is not None
+    run = await e2e.started("Run it in the background.")
+    run_id = run.run_id
     async with e2e.ws(run_id) as ws:
         await e2e.stub.wait_for_signal("sleeper")
         await until(lambda: run.translator.channel.idle, what="the turn's result")

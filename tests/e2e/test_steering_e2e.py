@@ -8,7 +8,6 @@ import secrets
 
 import pytest
 
-from codelegate.daemon.serving.state import manager_of
 from tests.e2e.conftest import E2E, frames_until, is_run_result
 from tests.stub.anthropic import Turn, text, tool
 
@@ -63,12 +62,8 @@ async def test_a_message_written_while_the_model_answers_keeps_stdin_open_for_it
         Turn(text("First answer.").blocks, hold=first),
         Turn(text("Second answer.").blocks, hold=second),
     ]
-    status, started = await e2e.post_run("Answer.")
-    assert status == 202
-    run_id = started["run_id"]
-    assert e2e.handle is not None
-    run = manager_of(e2e.handle.app).get(run_id)
-    assert run is not None
+    run = await e2e.started("Answer.")
+    run_id = run.run_id
     await e2e.stub.wait_for_requests(1)
     status, _ = await e2e.post(f"/v1/runs/{run_id}/input", {"text": words})
     assert status == 202

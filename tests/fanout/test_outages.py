@@ -88,25 +88,33 @@ async def test_a_redis_killed_and_restarted_mid_run_gets_every_frame_once(
     assert [e["status"] for e in await index(redis)] == ["running", "completed"]
 
 
-async def test_a_daemon_restarted_catches_up_the_runs_redis_missed(
-    config: Config, tmp_path: Path, redis_server: RedisServer, redis: Redis
-) -> None:
+async def made_while_redis_was_gone(
+    config: Config, tmp_path: Path, redis_server: RedisServer, tasks: list[str]
+) -> tuple[Daemon, list[str]]:
+    """Runs of ``tasks`` made and finished by a daemon while Redis was gone, then Redis back
+    and a second daemon on the same store (the caller stops it), and the runs' ids."""
     first = await start_daemon(config, tmp_path)
     try:
         redis_server.kill()
-        runs = [await post(first, f"chatty n={n} pad=50\nwork") for n in (10, 300)]
-        lines = {}
+        runs = [await post(first, task) for task in tasks]
         for run_id in runs:
             await wait_done(first, run_id)
-            lines[run_id] = await replay(first, run_id)
     finally:
         await stop_daemon(first)  # Redis is gone: these frames are only in the store
     await asyncio.to_thread(redis_server.start)
-    second = await start_daemon(config, tmp_path)  # the same store
+    return await start_daemon(config, tmp_path), runs
+
+
+async def test_a_daemon_restarted_catches_up_the_runs_redis_missed(
+    config: Config, tmp_path: Path, redis_server: RedisServer, redis: Redis
+) -> None:
+    tasks = [f"chatty n={n} pad=50\nwork" for n in (10, 300)]
+    second, runs = await made_while_redis_was_gone(config, tmp_path, redis_server, tasks)
     try:
         await settled(second)
         for run_id in runs:
-            assert await stream(redis, run_id) == expected_entries(lines[run_id])
+            # The replay of the store, which the first daemon sent its clients too.
+            assert await stream(redis, run_id) == expected_entries(await replay(second, run_id))
         assert sorted((e["run_id"], e["status"]) for e in await index(redis)) == sorted(
             (run_id, status) for run_id in runs for status in ("running", "completed")
         )
@@ -127,18 +135,11 @@ async def test_a_capped_run_far_behind_is_caught_up_page_by_page_under_its_own_s
     raw = msgspec.to_builtins(config)
     raw["limits"]["max_stored_frames"] = 1000
     capped = msgspec.convert(raw, Config)
-    first = await start_daemon(capped, tmp_path)
-    try:
-        redis_server.kill()
-        run_id = await post(first, "chatty n=1500 pad=50\nwork")
-        await wait_done(first, run_id)
-    finally:
-        await stop_daemon(first)  # Redis is gone: the frames are only in the store
-    await asyncio.to_thread(redis_server.start)
-    second = await start_daemon(capped, tmp_path)  # the same store
+    task = "chatty n=1500 pad=50\nwork"
+    second, (run_id,) = await made_while_redis_was_gone(capped, tmp_path, redis_server, [task])
     try:
         await settled(second)
-        stored = await replay(second, run_id)  # what the store kept, from a fresh daemon
+        stored = await replay(second, run_id)  # what the store kept
         seqs = [msgspec.json.decode(line)["seq"] for line in stored]
         assert len(seqs) < seqs[-1]  # the store skipped frames: the seqs jump
         assert await stream(redis, run_id) == [
