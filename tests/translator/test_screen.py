@@ -1,0 +1,108 @@
+"""The screen in front of masking: a shortcut only, never a miss.
+
+``may_hold_a_secret`` says no to most texts without running the masking regex; these
+property plants fresh shapes, their literals in any case and the characters its gates look
+for, and checks that wherever the screen says no, masking would have found nothing.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codelegate.translator.shapes import mask_shapes, may_hold_a_secret, redact_text
+
+# Every literal of the screen, and the characters its gates look for.
+LITERALS = (
+    "token",
+    "tokens",
+    "secret",
+    "pass",
+    "passwd",
+    "key",
+    "api_key",
+    "auth",
+    "author",
+    "credential",
+    "cookie",
+    "bearer",
+    "-----begin",
+    "sk-",
+    "sk-ant-",
+    "gh",
+    "ghp_",
+    "github_pat_",
+    "xox",
+    "akia",
+    "asia",
+    "eyj",
+    "aiza",
+    "://",
+    "@",
+)
+GLUE = st.sampled_from(
+    [" ", "\n", "\t", "=", ":", "-", "_", ".", "@", "/", '"', "'", "\\", "[", ",", ";"]
+)
+# Characters whose lowercase or case folding is unusual: a dotted capital I lowercases to two
+# characters, a Kelvin sign to "k", a long s and a dotless i match "s" and "i" in any case.
+ODD = st.sampled_from(["İ", "ı", "ſ", "\u212a", "Σ", "ς", "é", "\u0307"])
+SHAPES = st.one_of(
+    st.from_regex(
+        r"(?:API_KEY|db_password|token|Secret|auth|cookie)[=:] ?\w{4,20}", fullmatch=True
+    ),
+    st.from_regex(r"[Bb]earer [A-Za-z0-9._~+/-]{8,30}", fullmatch=True),
+    st.from_regex(r"[a-z]{2,8}://[a-z0-9]{1,8}:[A-Za-z0-9]{4,12}@[a-z]{3,8}", fullmatch=True),
+    st.from_regex(r"sk-(?:ant-)?[A-Za-z0-9_-]{20,40}", fullmatch=True),
+    st.from_regex(r"gh[pousr]_[A-Za-z0-9]{16,40}", fullmatch=True),
+    st.from_regex(r"github_pat_[A-Za-z0-9_]{16,40}", fullmatch=True),
+    st.from_regex(r"xox[abprs]-[0-9A-Za-z-]{10,20}", fullmatch=True),
+    st.from_regex(r"A[KS]IA[A-Z0-9]{16}", fullmatch=True),
+    st.from_regex(r"AIza[A-Za-z0-9_-]{35}", fullmatch=True),
+    st.from_regex(
+        r"eyJ[A-Za-z0-9_-]{8,20}\.[A-Za-z0-9_-]{8,20}\.[A-Za-z0-9_-]{0,20}", fullmatch=True
+    ),
+    st.from_regex(r"-----BEGIN (?:RSA )?PRIVATE KEY-----\n[A-Za-z0-9+/]{8,40}", fullmatch=True),
+)
+
+
+@st.composite
+def any_case(draw: st.DrawFn) -> str:
+    word = draw(st.sampled_from(LITERALS))
+    return "".join(c.upper() if draw(st.booleans()) else c for c in word)
+
+
+PIECES = st.one_of(
+    any_case(),
+    any_case(),
+    SHAPES,
+    GLUE,
+    ODD,
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12),
+    st.sampled_from(["x" * 300, "hello world " * 40]),  # past the chain's length
+)
+TEXTS = st.lists(PIECES, max_size=24).map("".join)
+
+
+@settings(max_examples=800)
+@given(TEXTS)
+def test_redaction_with_the_screen_agrees_with_masking_without_it(text: str) -> None:
+    low = text.lower()
+    slow = mask_shapes(text, low)  # the slow path: the masking regex on every text
+    assert redact_text(text) == slow
+    if not may_hold_a_secret(low):
+        assert slow == text
+
+
+def test_a_keyword_without_its_equals_sign_or_colon_is_not_searched() -> None:
+    # The gates pay only if they say no: "tokens" in prose, "pass" in code.
+    assert not may_hold_a_secret("count the tokens and pass them on")
+    assert may_hold_a_secret("count the tokens: pass them on")
+    assert not may_hold_a_secret("akib and asib and aizb and bearr")
+    assert not may_hold_a_secret("a gh in text, eyj, xox, with no gate")
+    assert redact_text("Bearer abcdefgh12345") == "Bearer [redacted]"  # ungated
+
+
+def test_a_dotted_capital_i_sends_a_text_to_masking_whatever_it_holds() -> None:
+    # Searched in its own case, "İ" stands for "i" and "ſ" for "s": no literal rules it out.
+    assert may_hold_a_secret("İstanbul".lower())
+    assert redact_text("İ ſecret=hunter2") == "İ ſecret=[redacted]"
