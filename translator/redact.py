@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import quote
 
-from codelegate.translator.bounds import bound_chars, bound_text
+from codelegate.translator.bounds import bound_chars, bound_text, utf8_len
 from codelegate.translator.shapes import (
     KEY_CACHE_MAX,
     MASK,
@@ -164,28 +164,27 @@ class Redactor:
 
     def clean_text(self, text: str, limit: int) -> str:
         """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
-        screen = self.screen
         redact = self.text
         precut = limit + _MARGIN
         if len(text) <= precut:
             low = text.lower()
-            if screen(low):
+            if self.screen(low):
                 return bound_text(self._masked(text, low), limit, settle=redact)
-            # The common case, in as few calls as possible: nothing to mask.
+            if len(text) * 4 <= limit:  # the common case: nothing to mask, nothing to cut
+                return text
             return bound_text(text, limit, settle=_settle_cut(text, redact))
         # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
         # character is at least a byte). A secret cut off at the end of the head might be too
         # short to be recognised: the head's last characters are dropped after redaction.
         head = text[:precut]
         low = head.lower()
-        if screen(low):
+        if self.screen(low):
             red = self._masked(head, low)[:-_UNSURE]
             settle: Callable[[str], str] | None = redact
         else:
             red = head[:-_UNSURE]
             settle = _settle_cut(red, redact)
-        raw_len = len(text.encode("utf-8", "surrogatepass"))
-        dropped = raw_len - len(red.encode("utf-8", "surrogatepass"))
+        dropped = utf8_len(text) - utf8_len(red)
         return bound_text(red, limit, dropped=dropped, settle=settle)
 
     def clean_chars(self, text: str, limit: int) -> str:
