@@ -10,7 +10,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codelegate.translator import Translator
+from codelegate.translator.frames import ToolCall
 from codelegate.translator.shapes import mask_shapes, may_hold_a_secret, redact_text
+from tests.translator.helpers import assistant, context, tool_use
 
 # Every literal of the screen, and the characters its gates look for.
 LITERALS = (
@@ -106,3 +109,13 @@ def test_a_dotted_capital_i_sends_a_text_to_masking_whatever_it_holds() -> None:
     # Searched in its own case, "İ" stands for "i" and "ſ" for "s": no literal rules it out.
     assert may_hold_a_secret("İstanbul".lower())
     assert redact_text("İ ſecret=hunter2") == "İ ſecret=[redacted]"
+
+
+def test_a_tool_id_the_screen_passes_with_nothing_to_mask_is_kept_as_it_is() -> None:
+    # "bearer" needs no gate, so the screen passes this id; masking finds no token after it.
+    assert may_hold_a_secret("toolu_bearer_01")
+    translator = Translator(context())
+    frames = translator.start(1000.0)
+    frames += translator.receive_data(assistant(tool_use("toolu_bearer_01", "Read")), 1001.0)
+    calls = [f for f in frames if isinstance(f, ToolCall)]
+    assert [c.tool_id for c in calls] == ["claude:toolu_bearer_01"]
