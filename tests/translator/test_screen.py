@@ -49,23 +49,22 @@ GLUE = st.sampled_from(
 # Characters whose lowercase or case folding is unusual: a dotted capital I lowercases to two
 # characters, a Kelvin sign to "k", a long s and a dotless i match "s" and "i" in any case.
 ODD = st.sampled_from(["İ", "ı", "ſ", "\u212a", "Σ", "ς", "é", "\u0307"])
-SHAPES = st.one_of(
-    st.from_regex(
-        r"(?:API_KEY|db_password|token|Secret|auth|cookie)[=:] ?\w{4,20}", fullmatch=True
-    ),
-    st.from_regex(r"[Bb]earer [A-Za-z0-9._~+/-]{8,30}", fullmatch=True),
-    st.from_regex(r"[a-z]{2,8}://[a-z0-9]{1,8}:[A-Za-z0-9]{4,12}@[a-z]{3,8}", fullmatch=True),
-    st.from_regex(r"sk-(?:ant-)?[A-Za-z0-9_-]{20,40}", fullmatch=True),
-    st.from_regex(r"gh[pousr]_[A-Za-z0-9]{16,40}", fullmatch=True),
-    st.from_regex(r"github_pat_[A-Za-z0-9_]{16,40}", fullmatch=True),
-    st.from_regex(r"xox[abprs]-[0-9A-Za-z-]{10,20}", fullmatch=True),
-    st.from_regex(r"A[KS]IA[A-Z0-9]{16}", fullmatch=True),
-    st.from_regex(r"AIza[A-Za-z0-9_-]{35}", fullmatch=True),
-    st.from_regex(
-        r"eyJ[A-Za-z0-9_-]{8,20}\.[A-Za-z0-9_-]{8,20}\.[A-Za-z0-9_-]{0,20}", fullmatch=True
-    ),
-    st.from_regex(r"-----BEGIN (?:RSA )?PRIVATE KEY-----\n[A-Za-z0-9+/]{8,40}", fullmatch=True),
-)
+# A fresh value of every shape, drawn from these.
+SHAPES = st.sampled_from(
+    [
+        r"(?:API_KEY|db_password|token|Secret|auth|cookie)[=:] ?\w{4,20}",
+        r"[Bb]earer [A-Za-z0-9._~+/-]{8,30}",
+        r"[a-z]{2,8}://[a-z0-9]{1,8}:[A-Za-z0-9]{4,12}@[a-z]{3,8}",
+        r"sk-(?:ant-)?[A-Za-z0-9_-]{20,40}",
+        r"gh[pousr]_[A-Za-z0-9]{16,40}",
+        r"github_pat_[A-Za-z0-9_]{16,40}",
+        r"xox[abprs]-[0-9A-Za-z-]{10,20}",
+        r"A[KS]IA[A-Z0-9]{16}",
+        r"AIza[A-Za-z0-9_-]{35}",
+        r"eyJ[A-Za-z0-9_-]{8,20}\.[A-Za-z0-9_-]{8,20}\.[A-Za-z0-9_-]{0,20}",
+        r"-----BEGIN (?:RSA )?PRIVATE KEY-----\n[A-Za-z0-9+/]{8,40}",
+    ]
+).flatmap(lambda shape: st.from_regex(shape, fullmatch=True))
 
 
 @st.composite
