@@ -119,7 +119,8 @@ _LITERALS: Final = re.compile(
     "|akia|asia|eyj|aiza"
     r"|://[^\s/?#\[]+@"  # a URL with userinfo, not every URL
 )
-# Up to this length the chain of ``in`` below is the cheaper screen, past it one regex pass.
+# Up to this length the chain of ``in`` below is the cheaper screen; past it one regex pass is,
+# unless the text lacks "=" and ":" (then the chain skips most of its scans: see below).
 _CHAIN_CHARS: Final = 1024
 # In the lowercase of a text that held a dotted capital I (the one character whose lowercase is
 # longer). ``_spans`` searches such a text in its own case, where a match need not hold its
