@@ -7,11 +7,15 @@ for, and checks that wherever the screen says no, masking would have found nothi
 
 from __future__ import annotations
 
+import base64
+import string
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codelegate.translator import Translator
 from codelegate.translator.frames import ToolCall
+from codelegate.translator.redact import Redactor
 from codelegate.translator.shapes import mask_shapes, may_hold_a_secret, redact_text
 from tests.translator.helpers import assistant, context, tool_use
 
@@ -118,3 +122,27 @@ def test_a_tool_id_the_screen_passes_with_nothing_to_mask_is_kept_as_it_is() -> 
     frames += translator.receive_data(assistant(tool_use("toolu_bearer_01", "Read")), 1001.0)
     calls = [f for f in frames if isinstance(f, ToolCall)]
     assert [c.tool_id for c in calls] == ["claude:toolu_bearer_01"]
+
+
+def random_form(value: str) -> str:
+    # The value as is, as hex or as base64: a form known_forms lists.
+    raw = value.encode("utf-8", "surrogatepass")
+    return (value, raw.hex(), base64.b64encode(raw).decode())[len(value) % 3]
+
+
+@settings(max_examples=400)
+@given(
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=8, max_size=60),
+    st.text(string.ascii_letters + string.digits + " \n=:_-+/", max_size=400),
+    st.integers(0, 400),
+    st.booleans(),
+)
+def test_the_sampled_look_for_known_values_agrees_with_an_in_for_each_form(
+    value: str, filler: str, at: int, plant: bool
+) -> None:
+    # Fresh values of any length, a form of them planted anywhere in texts shorter and longer
+    # than those the sampling reads.
+    redactor = Redactor([value])
+    form = random_form(value) if plant else ""
+    low = (filler[:at] + form + filler[at:]).lower()
+    assert redactor._holds_known(low) == any(f in low for f in redactor._lows)
