@@ -163,8 +163,9 @@ class Redactor:
         return self._text_known(text)
 
     def _text_known(self, text: str) -> str:
-        if not self._holds_known(text.lower()):
-            return redact_text(text)
+        low = text.lower()
+        if not self._holds_known(low):
+            return mask_shapes(text, low) if may_hold_a_secret(low) else text  # not lowered again
         known = self._known
         assert known is not None  # noqa: S101 - set whenever this method is
         # A mask next to text can complete a known value that holds "[" or "]": mask again
