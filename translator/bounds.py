@@ -23,8 +23,8 @@ def bound_text(
     ``dropped`` counts bytes already removed before this call, so that the marker stays true.
     ``settle`` (redaction) is applied again to what a cut keeps: see :func:`_settle`.
     """
-    # Fast path: a str of n characters never encodes to more than 4n bytes.
-    if not dropped and len(text) * 4 <= limit:
+    # Fast path: a str of n characters never encodes to more than 4n bytes, an ASCII one to n.
+    if not dropped and (len(text) * 4 <= limit or (text.isascii() and len(text) <= limit)):
         return text
     raw = text.encode("utf-8", "surrogatepass")
     if not dropped and len(raw) <= limit:
@@ -36,8 +36,14 @@ def bound_text(
         kept = _settle(
             kept, settle, lambda s: _byte_prefix(s.encode("utf-8", "surrogatepass"), room)
         )
-    marker = cut_marker(total - len(kept.encode("utf-8", "surrogatepass")))
+    marker = cut_marker(total - utf8_len(kept))
     return (kept + marker) if len(marker) <= limit else kept
+
+
+def utf8_len(text: str) -> int:
+    """How many bytes ``text`` encodes to: its length when it is ASCII (known without a scan),
+    else counted by encoding it."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _byte_prefix(raw: bytes, room: int) -> str:

@@ -19,10 +19,6 @@ def unified_diff(path: str, hunks: Sequence[Hunk]) -> str:
 def creation_diff(path: str, content: str) -> str:
     """The diff of a file created with ``content`` (a Write whose patch is empty)."""
     lines = content.splitlines()
-    out = [
-        "--- /dev/null",
-        f"+++ b/{path}",
-        f"@@ -0,0 +1,{len(lines)} @@",
-        *("+" + line for line in lines),
-    ]
-    return "\n".join(out) + "\n"
+    head = f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n"
+    # Each line with its "+", joined in one call rather than one string a line.
+    return head + "+" + "\n+".join(lines) + "\n" if lines else head

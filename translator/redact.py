@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import quote
 
-from codelegate.translator.bounds import bound_chars, bound_text
+from codelegate.translator.bounds import bound_chars, bound_text, utf8_len
 from codelegate.translator.shapes import (
     KEY_CACHE_MAX,
     MASK,
@@ -94,7 +94,19 @@ class Redactor:
     calls every other method goes through.
     """
 
-    __slots__ = ("_keys", "_known", "_lens", "_lows", "_masked", "screen", "text")
+    __slots__ = (
+        "_gram",
+        "_grams",
+        "_keys",
+        "_known",
+        "_lens",
+        "_lows",
+        "_masked",
+        "_sampled",
+        "_step",
+        "screen",
+        "text",
+    )
 
     def __init__(self, known: Iterable[str] = ()) -> None:
         forms = known_forms(known)
@@ -103,6 +115,14 @@ class Redactor:
         # are shorter than any credential, and cost one comparison).
         self._lows = tuple(sorted({form.lower() for form in forms}, key=lambda f: (len(f), f)))
         self._lens = tuple(len(form) for form in self._lows)
+        # Every ``_gram``-character piece of every form, for the sampling in _holds_known.
+        shortest = self._lens[0] if forms else MIN_KNOWN_CHARS
+        self._gram = gram = min(8, shortest // 2)
+        self._step = shortest - gram + 1
+        self._sampled = self._step * len(self._lows)
+        self._grams = frozenset(
+            form[i : i + gram] for form in self._lows for i in range(len(form) - gram + 1)
+        )
         # Longest first, so that a value is masked whole rather than by a shorter form in it.
         ordered = sorted(forms, key=lambda form: (-len(form), form))
         self._known = re.compile("|".join(map(re.escape, ordered))) if forms else None
@@ -113,26 +133,39 @@ class Redactor:
         # again).
         self._masked: Callable[[str, str], str] = self._masked_known if forms else mask_shapes
 
-    def _screen_known(self, low: str) -> bool:
-        """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
-        # A loop, not any(): this runs on every text, and a generator costs more than the test.
-        if may_hold_a_secret(low):
-            return True
-        for form in self._lows[: bisect_right(self._lens, len(low))]:  # noqa: SIM110
+    def _holds_known(self, low: str) -> bool:
+        """Whether the lowercased ``low`` holds a form of a known value."""
+        n = len(low)
+        if n < self._lens[0]:  # shorter than any form (most texts)
+            return False
+        if n <= self._sampled:
+            # A form at ``p`` is at least ``_step + _gram - 1`` long, so the piece sampled at
+            # the first multiple of ``_step`` from ``p`` lies inside it, and is one of its
+            # pieces: where no sampled piece is, no form is. On a short text a few set
+            # lookups cost less than an ``in`` for each form; on a long one they cost more.
+            grams, gram = self._grams, self._gram
+            for start in range(0, n - gram + 1, self._step):
+                if low[start : start + gram] in grams:
+                    break
+            else:
+                return False
+        # A loop, not any(): this runs on many texts, and a generator costs more than the test.
+        for form in self._lows[: bisect_right(self._lens, n)]:  # noqa: SIM110
             if form in low:
                 return True
         return False
+
+    def _screen_known(self, low: str) -> bool:
+        """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
+        return may_hold_a_secret(low) or self._holds_known(low)
 
     def _masked_known(self, text: str, low: str) -> str:
         return self._text_known(text)
 
     def _text_known(self, text: str) -> str:
         low = text.lower()
-        for form in self._lows[: bisect_right(self._lens, len(low))]:
-            if form in low:
-                break
-        else:
-            return redact_text(text)
+        if not self._holds_known(low):
+            return mask_shapes(text, low) if may_hold_a_secret(low) else text  # not lowered again
         known = self._known
         assert known is not None  # noqa: S101 - set whenever this method is
         # A mask next to text can complete a known value that holds "[" or "]": mask again
@@ -164,28 +197,27 @@ class Redactor:
 
     def clean_text(self, text: str, limit: int) -> str:
         """Redacted, then bounded to ``limit`` UTF-8 bytes: what any frame may carry of a text."""
-        screen = self.screen
         redact = self.text
         precut = limit + _MARGIN
         if len(text) <= precut:
             low = text.lower()
-            if screen(low):
+            if self.screen(low):
                 return bound_text(self._masked(text, low), limit, settle=redact)
-            # The common case, in as few calls as possible: nothing to mask.
+            if len(text) * 4 <= limit:  # the common case: nothing to mask, nothing to cut
+                return text
             return bound_text(text, limit, settle=_settle_cut(text, redact))
         # Redacting megabytes only to keep 4 KiB is wasted work: cut past the bound first (a
         # character is at least a byte). A secret cut off at the end of the head might be too
         # short to be recognised: the head's last characters are dropped after redaction.
         head = text[:precut]
         low = head.lower()
-        if screen(low):
+        if self.screen(low):
             red = self._masked(head, low)[:-_UNSURE]
             settle: Callable[[str], str] | None = redact
         else:
             red = head[:-_UNSURE]
             settle = _settle_cut(red, redact)
-        raw_len = len(text.encode("utf-8", "surrogatepass"))
-        dropped = raw_len - len(red.encode("utf-8", "surrogatepass"))
+        dropped = utf8_len(text) - utf8_len(red)
         return bound_text(red, limit, dropped=dropped, settle=settle)
 
     def clean_chars(self, text: str, limit: int) -> str:

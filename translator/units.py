@@ -44,4 +44,6 @@ def clean_units(text: str, limit: int, clean: Callable[[str, int], str] = clean_
 
     ``clean`` redacts and bounds in characters: the run's redactor's, which knows its secrets.
     """
-    return _fit(text, clean(text, limit), limit, clean)
+    fitted = clean(text, limit)
+    # The common case (no character is more than two units) without a call.
+    return fitted if len(fitted) * 2 <= limit else _fit(text, fitted, limit, clean)
