@@ -85,19 +85,19 @@ class Card(msgspec.Struct, gc=False):
     updated_at: float = float("-inf")  # when its last progress text went out
 
 
-class StreamedText:
-    """An assistant text block as it streams (``--include-partial-messages``)."""
+class StreamedText(msgspec.Struct, gc=False):
+    """An assistant text block as it streams (``--include-partial-messages``).
 
-    __slots__ = ("chunks", "index", "message_id", "parent", "sent", "sent_at", "size")
+    A Struct, as Card is: one per streamed block, built in C (a fifth of the slotted class's
+    time), and left out of the collector (it holds strings only)."""
 
-    def __init__(self, message_id: str, parent: str | None, index: int) -> None:
-        self.message_id = message_id
-        self.parent = parent
-        self.index = index  # the block's index in its message (deltas name it)
-        self.chunks: list[str] = []
-        self.size = 0
-        self.sent = ""
-        self.sent_at = float("-inf")
+    message_id: str
+    parent: str | None
+    index: int  # the block's index in its message (deltas name it)
+    chunks: list[str] = msgspec.field(default_factory=list)
+    size: int = 0
+    sent: str = ""
+    sent_at: float = float("-inf")
 
 
 class RunState:
