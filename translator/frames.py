@@ -299,4 +299,10 @@ def decode_frame(data: bytes | str) -> Frame:
 
 def frame_id(run_id: str, seq: int) -> str:
     """A frame's stable id: the same frame replayed, from memory or the store, has the same id."""
-    return f"{run_id}:{seq}"
+    return f"{frame_id_prefix(run_id)}{seq}"
+
+
+def frame_id_prefix(run_id: str) -> str:
+    """What every frame id of ``run_id`` starts with, its ``seq`` following (:func:`frame_id`):
+    the run state makes it once, as it stamps every frame."""
+    return run_id + ":"

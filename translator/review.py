@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from codelegate.policy.approvals import FILE_CHANGE_TOOLS
+from codelegate.translator.bounds import utf8_len
 from codelegate.translator.frames import Command, Frame, ToolCall, ToolResult
 from codelegate.translator.redact import clean_chars, clean_text
 from codelegate.translator.summary import changed_path
@@ -101,7 +102,7 @@ class Review:
         left_out: list[str] = []
         left_bytes = 0
         for (path, _), piece in zip(self._changes, pieces, strict=True):
-            size = len(piece.encode("utf-8", "surrogatepass"))
+            size = utf8_len(piece)
             if not left_out and used + size <= room:
                 kept.append(piece)
                 used += size
@@ -126,11 +127,7 @@ class Review:
         kept: list[Command] = []
         used = 0
         for command in reversed(self._commands):
-            size = (
-                len(command.command.encode("utf-8", "surrogatepass"))
-                + len((command.error or "").encode("utf-8", "surrogatepass"))
-                + 64
-            )
+            size = utf8_len(command.command) + utf8_len(command.error or "") + 64
             if used + size > limit:
                 break
             kept.append(command)
@@ -156,7 +153,10 @@ def _command(text: str, frame: ToolResult) -> Command:
         outcome = "failed"
     error = frame.error if outcome != "completed" else None
     return Command(
-        command=clean_chars(text, _COMMAND_CHARS),
+        # The command comes from the card's args, which the run's redactor cleaned: cleaned
+        # text is a fixed point of redaction (tests/translator/test_review_commands.py), so
+        # only a command past the bound is cut (and cleaned, as the cut needs).
+        command=text if len(text) <= _COMMAND_CHARS else clean_chars(text, _COMMAND_CHARS),
         outcome=outcome,
         error=clean_chars(error, _ERROR_CHARS) if error else None,
     )

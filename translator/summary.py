@@ -74,9 +74,11 @@ def relative_path(path: str, cwd: str) -> str:
     if not path.startswith("/"):
         return path
     # The common case without normpath: a plain path under the cwd.
-    if cwd and path.startswith(cwd) and path[len(cwd) : len(cwd) + 1] == "/":
-        rest = path[len(cwd) + 1 :]
-        if rest and "/." not in path and "//" not in path and not rest.startswith("."):
+    n = len(cwd)
+    if cwd and path.startswith(cwd) and path.startswith("/", n):
+        rest = path[n + 1 :]
+        # No "/." anywhere: also no rest that starts with a dot (it follows the cwd's slash).
+        if rest and "/." not in path and "//" not in path:
             return rest.removesuffix("/")
     norm = posixpath.normpath(path)
     base = posixpath.normpath(cwd) if cwd else "/"
