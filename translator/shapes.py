@@ -115,7 +115,8 @@ _SECRET_ANYCASE: Final = re.compile(_SECRET_SOURCE, re.DOTALL | re.IGNORECASE)
 
 
 _LITERALS: Final = re.compile(
-    "token|secret|pass|key|auth|credential|cookie|bearer|-----begin|sk-|gh|github_pat_|xox"
+    "token(?!s)|secret|pass|key|auth(?:orization|\\\\|[\"'])|credential|cookie|bearer|-----begin"
+    "|sk-|gh|github_pat_|xox"
     "|akia|asia|eyj|aiza"
     r"|://[^\s/?#\[]+@"  # a URL with userinfo, not every URL
 )
@@ -153,11 +154,11 @@ def may_hold_a_secret(low: str) -> bool:
         (
             keyed
             and (
-                "token" in low
+                ("token" in low and _not_only_counters(low))
                 or "secret" in low
                 or "pass" in low
                 or "key" in low
-                or "auth" in low
+                or ("auth" in low and _auth_as_a_name(low))
                 or "credential" in low
                 or "cookie" in low
                 or ("@" in low and "://" in low)
@@ -171,6 +172,18 @@ def may_hold_a_secret(low: str) -> bool:
         or "asia" in low
         or "aiza" in low
     )
+
+
+def _not_only_counters(low: str) -> bool:
+    # "token" as a keyword is never followed by "s" (usage counters such as the CLI's
+    # "subagent_tokens: 15", in every subagent's hand-back, are not secrets).
+    return low.count("token") != low.count("tokens")
+
+
+def _auth_as_a_name(low: str) -> bool:
+    # "auth" starts a name only as authorization, a quoted key or auth_key (which "key" finds):
+    # "authority" and "author" (also in every subagent's hand-back) are not.
+    return "authorization" in low or 'auth"' in low or "auth'" in low or "auth\\" in low
 
 
 def _spans(text: str, low: str) -> list[tuple[int, int]]:
