@@ -271,7 +271,11 @@ class Redactor:
                 return None  # a key not seen yet, a secret key, or one that redaction changes
             kind = type(item)
             if kind is str:
-                if len(item) * 4 > string_bytes:
+                # Within its bound as bound_text's fast path sees it (a character is at most
+                # four bytes, an ASCII one one): a Write's file content mostly is.
+                if len(item) * 4 > string_bytes and not (
+                    len(item) <= string_bytes and item.isascii()
+                ):
                     return None
                 texts.append(item)
             elif not (item is None or kind is bool or kind is int or kind is float):
