@@ -33,3 +33,11 @@ def test_a_token_or_an_auth_name_beside_the_counters_is_still_masked() -> None:
         assert value not in redact_text(text), name
         long = f"{HAND_BACK}{' ' * 1100}\n{name}: {value}"
         assert value not in redact_text(long), name
+
+
+def test_a_literal_with_a_rare_letter_is_looked_for_only_where_that_letter_is() -> None:
+    assert not may_hold_a_secret("a-b_c.d with no rare letter at all")
+    for shape in ("xoxb-" + secrets.token_hex(8), "eyJ" + secrets.token_hex(8) + ".e30.x", "AIza"):
+        assert may_hold_a_secret(f"see {shape} -_.".lower()), shape
+    key = "AIza" + secrets.token_urlsafe(27)[:35]
+    assert key not in redact_text(f"key {key}")
