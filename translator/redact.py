@@ -102,6 +102,7 @@ class Redactor:
         "_lens",
         "_lows",
         "_masked",
+        "_plain",
         "_sampled",
         "_step",
         "screen",
@@ -111,6 +112,9 @@ class Redactor:
     def __init__(self, known: Iterable[str] = ()) -> None:
         forms = known_forms(known)
         self._keys: dict[str, tuple[str, bool]] = {}
+        # The keys of ``_keys`` that are kept as they are, with their value: one lookup each
+        # in clean_flat.
+        self._plain: set[str] = set()
         # Shortest first: a text is looked through only for the forms that fit in it (most texts
         # are shorter than any credential, and cost one comparison).
         self._lows = tuple(sorted({form.lower() for form in forms}, key=lambda f: (len(f), f)))
@@ -260,15 +264,18 @@ class Redactor:
         """
         if len(value) > items:
             return None
-        keys = self._keys
+        plain = self._plain
         texts: list[str] = [also]
         for key, item in value.items():
-            known = keys.get(key) if type(key) is str else None
-            if known is None or known[1] or known[0] != key:
+            if key not in plain:
                 return None  # a key not seen yet, a secret key, or one that redaction changes
             kind = type(item)
             if kind is str:
-                if len(item) * 4 > string_bytes:
+                # Within its bound as bound_text's fast path sees it (a character is at most
+                # four bytes, an ASCII one one): a Write's file content mostly is.
+                if len(item) * 4 > string_bytes and not (
+                    len(item) <= string_bytes and item.isascii()
+                ):
                     return None
                 texts.append(item)
             elif not (item is None or kind is bool or kind is int or kind is float):
@@ -292,6 +299,8 @@ class Redactor:
         known = (self.text(key), is_secret_key(key))
         if len(self._keys) < KEY_CACHE_MAX:
             self._keys[key] = known
+            if known == (key, False):
+                self._plain.add(key)
         return known
 
     def _clean(self, value: Any, string_bytes: int, depth: int, items: int) -> Any:

@@ -115,7 +115,8 @@ _SECRET_ANYCASE: Final = re.compile(_SECRET_SOURCE, re.DOTALL | re.IGNORECASE)
 
 
 _LITERALS: Final = re.compile(
-    "token|secret|pass|key|auth|credential|cookie|bearer|-----begin|sk-|gh|github_pat_|xox"
+    "token(?!s)|secret|pass|key|auth(?:orization|\\\\|[\"'])|credential|cookie|bearer|-----begin"
+    "|sk-|gh|github_pat_|xox"
     "|akia|asia|eyj|aiza"
     r"|://[^\s/?#\[]+@"  # a URL with userinfo, not every URL
 )
@@ -143,7 +144,8 @@ def may_hold_a_secret(low: str) -> bool:
     # token its "-", a GitHub token its "_", a JWT its ".". Looking for one character is a
     # memchr, nearly free, and most texts lack "=" and ":" (83 % of those the benchmark
     # screens): they skip seven scans. Bearer tokens, AWS and Google keys need no such
-    # character.
+    # character. A literal holding a rare letter (the "x" of "xox", the "j" of "eyj", the "z"
+    # of "aiza") is looked for only where that letter is: prose and commands seldom hold one.
     if _LONGER_LOWER in low:
         return True
     keyed = "=" in low or ":" in low
@@ -153,24 +155,36 @@ def may_hold_a_secret(low: str) -> bool:
         (
             keyed
             and (
-                "token" in low
+                ("token" in low and _not_only_counters(low))
                 or "secret" in low
                 or "pass" in low
                 or "key" in low
-                or "auth" in low
+                or ("auth" in low and _auth_as_a_name(low))
                 or "credential" in low
                 or "cookie" in low
                 or ("@" in low and "://" in low)
             )
         )
-        or ("-" in low and ("sk-" in low or "xox" in low or "-----begin" in low))
+        or ("-" in low and ("sk-" in low or ("x" in low and "xox" in low) or "-----begin" in low))
         or ("_" in low and ("gh" in low or "github_pat_" in low))
-        or ("." in low and "eyj" in low)
+        or ("." in low and "j" in low and "eyj" in low)
         or "bearer" in low
         or "akia" in low
         or "asia" in low
-        or "aiza" in low
+        or ("z" in low and "aiza" in low)
     )
+
+
+def _not_only_counters(low: str) -> bool:
+    # "token" as a keyword is never followed by "s" (usage counters such as the CLI's
+    # "subagent_tokens: 15", in every subagent's hand-back, are not secrets).
+    return low.count("token") != low.count("tokens")
+
+
+def _auth_as_a_name(low: str) -> bool:
+    # "auth" starts a name only as authorization, a quoted key or auth_key (which "key" finds):
+    # "authority" and "author" (also in every subagent's hand-back) are not.
+    return "authorization" in low or 'auth"' in low or "auth'" in low or "auth\\" in low
 
 
 def _spans(text: str, low: str) -> list[tuple[int, int]]:

@@ -323,7 +323,9 @@ def test_clean_flat_takes_the_fast_path_only_when_nothing_would_change() -> None
     assert clean_flat({"never_seen_key": "x"}, 100, 64) is None
     clean_value({"password": "p"}, string_bytes=100)
     assert clean_flat({"password": "p"}, 100, 64) is None
-    assert clean_flat({"command": "x" * 100}, 100, 64) is None  # may need a cut
+    assert clean_flat({"command": "x" * 100}, 100, 64) is not None  # ASCII, within its bound
+    assert clean_flat({"command": "x" * 101}, 100, 64) is None  # needs a cut
+    assert clean_flat({"command": "é" * 26}, 100, 64) is None  # may need a cut
     assert clean_flat({"command": ["ls"]}, 100, 64) is None  # nested
     assert clean_flat({"command": "echo token=abc"}, 100, 64) is None  # may hold a secret
     assert clean_flat({1: "x"}, 100, 64) is None
