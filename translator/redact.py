@@ -50,6 +50,9 @@ def _settle_cut(clean: str, redact: Callable[[str], str]) -> Callable[[str], str
 
 # --- known values --------------------------------------------------------------------------------
 
+_SIGMA: Final = "\u03c3"
+_FINAL_SIGMA: Final = "\u03c2"
+
 # A shorter value cannot be told from ordinary text: masking it everywhere would garble output
 # and hide nothing a guess would not find.
 MIN_KNOWN_CHARS: Final = 8
@@ -117,7 +120,8 @@ class Redactor:
         self._plain: set[str] = set()
         # Shortest first: a text is looked through only for the forms that fit in it (most texts
         # are shorter than any credential, and cost one comparison).
-        self._lows = tuple(sorted({form.lower() for form in forms}, key=lambda f: (len(f), f)))
+        lows = {form.lower().replace(_FINAL_SIGMA, _SIGMA) for form in forms}
+        self._lows = tuple(sorted(lows, key=lambda f: (len(f), f)))
         self._lens = tuple(len(form) for form in self._lows)
         # Every ``_gram``-character piece of every form, for the sampling in _holds_known.
         shortest = self._lens[0] if forms else MIN_KNOWN_CHARS
@@ -139,6 +143,11 @@ class Redactor:
 
     def _holds_known(self, low: str) -> bool:
         """Whether the lowercased ``low`` holds a form of a known value."""
+        if _FINAL_SIGMA in low:
+            # A capital sigma lowercases by what stands around it: at a value's end it is final
+            # alone and not when a letter follows it in the text (and so at its start after
+            # one). The forms are compared with one sigma.
+            low = low.replace(_FINAL_SIGMA, _SIGMA)
         n = len(low)
         if n < self._lens[0]:  # shorter than any form (most texts)
             return False

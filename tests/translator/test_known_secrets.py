@@ -341,3 +341,28 @@ def test_a_cut_that_ends_a_known_value_is_redacted_again(core: str, tail: int) -
         out = redactor.clean_text(text, limit)
         assert value not in out
         assert out.endswith("bytes cut]")
+
+
+@settings(max_examples=200)
+@given(
+    st.sampled_from(["Σ", "ΣΣ", "ς", "σ"]),
+    st.booleans(),
+    st.sampled_from(["", "a", "Z", "1", " ", "Σ", "é"]),
+    st.sampled_from(["", "b", "Y", "2", " ", "Σ", "é"]),
+)
+def test_a_known_value_with_a_sigma_at_its_end_survives_no_neighbour(
+    sigma: str, at_end: bool, before: str, after: str
+) -> None:
+    # A capital sigma lowercases to a final sigma or not by its neighbours, which differ in the
+    # text from the value alone.
+    core = secrets.token_hex(6).upper()
+    value = "AB" + core + sigma if at_end else sigma + core + "AB"
+    redactor = Redactor([value])
+    text = "x" + before + value + after + "y"
+    for out in (
+        redactor.text(text),
+        redactor.clean_text(text, 4096),
+        redactor.clean_chars(text, 4096),
+        json.dumps(redactor.clean_value({"k": [text]}, string_bytes=4096), ensure_ascii=False),
+    ):
+        assert value not in out
