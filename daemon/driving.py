@@ -107,7 +107,7 @@ class Driver:
         self, run: Run, child: ChildProcess, pump: asyncio.Task[None], exited: asyncio.Future[Any]
     ) -> None:
         try:
-            status = await exited
+            run.exit_status = status = await exited
             await self._after_exit(run, child, pump)
             _log.info("run_settled", exit_code=status.exit_code, signal=status.signal)
         finally:

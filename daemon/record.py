@@ -10,7 +10,7 @@ import msgspec
 
 from codelegate.daemon.runlog import RunLog
 from codelegate.daemon.store.queries import RunRecord
-from codelegate.daemon.supervision.supervisor import ChildProcess
+from codelegate.daemon.supervision.supervisor import ChildProcess, ExitStatus
 from codelegate.policy.config import Config
 from codelegate.policy.launch import LaunchPlan
 from codelegate.translator import Limits, RunContext, Translator
@@ -49,6 +49,8 @@ class Run:
     # The last process of the run is gone (set after ``done`` when an interrupt ended the turn).
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     settling: bool = False
+    # How the CLI exited, once it has (after ``done`` when an interrupt ended the turn).
+    exit_status: ExitStatus | None = None
 
     @property
     def run_id(self) -> str:

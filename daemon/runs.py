@@ -321,6 +321,21 @@ class RunManager:
             await asyncio.shield(self._finish(run, outcome))
             if not run.settling:
                 run.settled.set()
+            else:
+                await self._record_exit(run)
+
+    async def _record_exit(self, run: Run) -> None:
+        # An interrupt ended the turn: the closing frames went out before the CLI exited, so
+        # the run's result says no exit code; its record gets it once the process is gone.
+        await run.settled.wait()
+        status = run.exit_status
+        if status is None or status.exit_code is None or run.record.exit_code is not None:
+            return
+        run.record.exit_code = status.exit_code
+        try:
+            await self._store.finish_run(run.record)
+        except StoreError as exc:
+            _log.error("store_finish_failed", error=str(exc))
 
     async def _supervise(self, run: Run) -> Outcome:
         try:

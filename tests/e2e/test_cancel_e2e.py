@@ -66,6 +66,15 @@ async def test_a_cancel_mid_bash_interrupts_the_turn_and_its_session_resumes(e2e
     async with e2e.ws(state["run_id"]) as ws:
         assert await frames_until(ws, is_run_result) == frames
 
+    # The closing frames went out before the CLI exited: the result has no exit code, the
+    # run's record gets the CLI's own once it is gone (it exited by itself, no signal).
+    assert result["exit_code"] is None
+    run = e2e.run_of(state["run_id"])
+    await until(lambda: run.record.exit_code is not None, what="the record's exit code")
+    assert run.exit_status is not None
+    status, state = await e2e.get(f"/v1/runs/{state['run_id']}")
+    assert (status, state["exit_code"]) == (200, run.exit_status.exit_code)
+
     resumed, history = await _resume(e2e, session_id)
     assert resumed["status"] == "completed"
     assert resumed["session_id"] == session_id
