@@ -231,10 +231,14 @@ def say(text: str) -> None:
     _stderr.write(text + "\n")
 
 
-def configure(*, level: str = "info", json: bool = True, stream: TextIO | None = None) -> None:
+def configure(
+    *, level: str = "info", json: bool = True, stream: TextIO | None = None, cache: bool = True
+) -> None:
     """Configure structlog (and stdlib logging, for aiohttp's own messages) once, at start-up.
 
-    Lines go to ``stream`` (default: stdout, which journald collects).
+    Lines go to ``stream`` (default: stdout, which journald collects). ``cache``: each module's
+    logger keeps what it was bound to on first use (``serve``: configured once); off, a later
+    configuration reaches loggers used before it (the tests configure one per test).
     """
     global _sink
     out: LineSink
@@ -262,7 +266,7 @@ def configure(*, level: str = "info", json: bool = True, stream: TextIO | None =
         ),
         # WriteLogger writes each line in one call (PrintLogger writes the newline apart).
         logger_factory=structlog.WriteLoggerFactory(cast(TextIO, out)),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
     # aiohttp and asyncio log through stdlib logging: the same JSON lines, redacted, at WARNING
     # and above (no access log: requests are counted in /metrics).

@@ -85,11 +85,10 @@ def log_lines() -> Iterator[io.StringIO]:
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     stream = io.StringIO()
-    logs.configure(level="info", stream=stream)
     # serve lets each module logger (``_log = structlog.get_logger(…)``) keep what it was bound to
     # on first use. Here that would be this stream for the rest of the session: a later test's
     # capture (log_lines again, structlog.testing.capture_logs) would not see those modules.
-    structlog.configure(cache_logger_on_first_use=False)
+    logs.configure(level="info", stream=stream, cache=False)
     try:
         yield stream
     finally:
