@@ -123,10 +123,11 @@ _LITERALS: Final = re.compile(
 # Up to this length the chain of ``in`` below is the cheaper screen; past it one regex pass is,
 # unless the text lacks "=" and ":" (then the chain skips most of its scans: see below).
 _CHAIN_CHARS: Final = 1024
-# In the lowercase of a text that held a dotted capital I (the one character whose lowercase is
-# longer). ``_spans`` searches such a text in its own case, where a match need not hold its
-# literal lowercased ("İ" matches "i", "ſ" matches "s"): no literal can rule a match out.
-_LONGER_LOWER: Final = "\u0307"
+# Letters the case-blind regex takes for ASCII ones though lowercasing leaves them apart: the
+# long s ("ſ" matches "s") and the dotless i ("ı" matches "i"), and U+0307, which stands in the
+# lowercase of a text that held a dotted capital I (whose lowercase is longer). ``_spans``
+# searches a text holding one in its own case, case-blind, and no literal can rule a match out.
+_ODD_CASE: Final = re.compile("[\u0307\u017f\u0131]")
 
 
 def may_hold_a_secret(low: str) -> bool:
@@ -146,7 +147,7 @@ def may_hold_a_secret(low: str) -> bool:
     # screens): they skip seven scans. Bearer tokens, AWS and Google keys need no such
     # character. A literal holding a rare letter (the "x" of "xox", the "j" of "eyj", the "z"
     # of "aiza") is looked for only where that letter is: prose and commands seldom hold one.
-    if _LONGER_LOWER in low:
+    if not low.isascii() and _ODD_CASE.search(low) is not None:  # isascii: a flag, not a scan
         return True
     keyed = "=" in low or ":" in low
     if keyed and len(low) > _CHAIN_CHARS:
@@ -188,7 +189,7 @@ def _auth_as_a_name(low: str) -> bool:
 
 
 def _spans(text: str, low: str) -> list[tuple[int, int]]:
-    same = len(low) == len(text)
+    same = len(low) == len(text) and (low.isascii() or _ODD_CASE.search(low) is None)
     matches = _SECRET.finditer(low) if same else _SECRET_ANYCASE.finditer(text)
     spans: list[tuple[int, int]] = []
     for match in matches:

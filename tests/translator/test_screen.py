@@ -8,6 +8,7 @@ for, and checks that wherever the screen says no, masking would have found nothi
 from __future__ import annotations
 
 import base64
+import secrets
 import string
 
 from hypothesis import given, settings
@@ -112,6 +113,16 @@ def test_a_dotted_capital_i_sends_a_text_to_masking_whatever_it_holds() -> None:
     # Searched in its own case, "İ" stands for "i" and "ſ" for "s": no literal rules it out.
     assert may_hold_a_secret("İstanbul".lower())
     assert redact_text("İ ſecret=hunter2") == "İ ſecret=[redacted]"
+
+
+@given(st.sampled_from(["ſecret", "paſſword", "prıvate_key", "api_KEY", "ſk-ant-"]))
+def test_a_long_s_or_a_dotless_i_in_a_name_hides_no_value(name: str) -> None:
+    # Case-blind, "ſ" is an "s" and "ı" an "i", though lowercasing leaves both as they are.
+    value = secrets.token_hex(12)
+    text = f"{name}={value}" if not name.endswith("-") else f"{name}{value}"
+    assert may_hold_a_secret(text.lower())
+    assert value not in redact_text(text)
+    assert value not in redact_text(f"x {text} y".upper())
 
 
 def test_a_tool_id_the_screen_passes_with_nothing_to_mask_is_kept_as_it_is() -> None:
