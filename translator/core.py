@@ -307,7 +307,7 @@ class Translator:
     def _assistant(self, msg: wire.Assistant) -> None:
         parent = msg.parent_tool_use_id
         if parent is None:
-            self.channel.idle = False  # the main agent speaks: a turn runs
+            self.channel.turn()  # the main agent speaks: a turn runs
         elif parent not in self.state.seen and self._hold(parent, msg):
             return
         content = msg.message.content

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -93,14 +94,22 @@ def test_the_channel_is_over_at_a_result_with_no_background_task_open() -> None:
     assert not channel.over
 
 
-def _over_after_each_result(name: str) -> list[bool]:
+def _channel_after(name: str, kinds: tuple[str, ...] = ("result",)) -> list[tuple[str, Channel]]:
+    """The transcript ``name`` read line by line: after each line of ``kinds``, its kind and
+    the channel's facts then (a copy)."""
     translator = Translator(context())
     seen = []
     for raw in (TRANSCRIPTS / f"{name}.jsonl").read_bytes().splitlines(keepends=True):
         translator.receive_data(raw, 1.0)
-        if json.loads(raw)["type"] == "result":
-            seen.append(translator.channel.over)
+        kind = json.loads(raw)["type"]
+        if kind in kinds:
+            channel = copy.copy(translator.channel)
+            seen.append((kind, channel))
     return seen
+
+
+def _over_after_each_result(name: str) -> list[bool]:
+    return [channel.over for _, channel in _channel_after(name)]
 
 
 def test_a_background_bash_keeps_stdin_open_until_the_result_after_its_notification() -> None:
@@ -131,19 +140,10 @@ def test_the_channel_is_idle_from_a_result_until_the_next_turn_of_the_main_agent
     assert not channel.idle
 
 
-def _idle_at_each_result(name: str) -> list[bool]:
-    translator = Translator(context())
-    seen = []
-    for raw in (TRANSCRIPTS / f"{name}.jsonl").read_bytes().splitlines(keepends=True):
-        translator.receive_data(raw, 1.0)
-        kind = json.loads(raw)["type"]
-        if kind in ("result", "assistant"):
-            seen.append((kind, translator.channel.idle))
-    return seen
-
-
 def test_a_background_bash_leaves_the_channel_idle_between_its_two_turns() -> None:
-    seen = _idle_at_each_result("bash_background")
+    seen = [
+        (kind, c.idle) for kind, c in _channel_after("bash_background", ("result", "assistant"))
+    ]
     assert seen[-1] == ("result", True)
     first = seen.index(("result", True))
     # After the first result, the next turn's words make it busy again until its own result.
