@@ -1,7 +1,9 @@
 """Capture real Claude Code CLI transcripts against the stub: ``python -m tests.golden.capture``.
 
-Each scenario runs the pinned CLI exactly as the daemon launches it (see DESIGN.md), with a
-scripted model (tests/stub), in a fresh temp workspace and HOME, and writes its stdout to
+Each scenario runs the pinned CLI exactly as the daemon launches it (see DESIGN.md): its fixed
+and channel flags, the prompt over the control channel, stdin closed when the translator says
+the run is over (``run_claude(channel=True)``); with a scripted model (tests/stub), in a fresh
+temp workspace and HOME. It writes the CLI's stdout to
 ``tests/golden/transcripts/<name>.jsonl`` with every trace of this machine replaced: the
 workspace becomes /srv/workspaces/demo, HOME /home/demo, the CLI's temp folder
 /tmp/claude-1000, the stub's port 8089, the
@@ -80,10 +82,17 @@ class Sandbox(CliSandbox):
         env: dict[str, str] | None = None,
         **session: Unpack[Session],
     ) -> ClaudeRun:
-        """Run the CLI once against the scenario's stub (served by ``capture``)."""
+        """Run the CLI once against the scenario's stub (served by ``capture``), as a run of
+        the daemon: its fixed flags, the prompt on the control channel."""
         env = {"PATH": CAPTURE_PATH, **(env or {})}
         return await self.launch(
-            self.stub.url, prompt, extra_args=extra, env=env, time_limit=90.0, **session
+            self.stub.url,
+            prompt,
+            extra_args=extra,
+            env=env,
+            time_limit=90.0,
+            channel=True,
+            **session,
         )
 
 
@@ -232,18 +241,14 @@ scenario(
         text("The subagent says hello.py prints hello world."),
     ],
     _subagent_reads(say="Reading hello.py for the parent agent."),
-)(
-    one_run(
-        "Use a subagent to find out what hello.py prints.",
-        extra=["--include-partial-messages", "--forward-subagent-text"],
-    )
-)
+)(one_run("Use a subagent to find out what hello.py prints."))
 
 scenario(
     "subagent_background",
     "a background Agent subagent (the default): the Agent tool_result 'Async agent launched' comes "
-    "at once, the main turn ends with a first result line; the subagent's Read, task_progress and "
-    "task_notification come later, then a second system/init and a second result (result_index)",
+    "at once, the main turn's first result line while the subagent still works (listed open by "
+    "background_tasks_changed); its task_notification, then a second system/init and a second "
+    "result (result_index)",
     lambda sb: [
         start_subagent("Read hello.py", ASK_SUBAGENT, background=None),
         text("I started a subagent; I will report when it finishes."),
@@ -356,7 +361,7 @@ scenario(
         ),
         text("hello.py prints hello world."),
     ],
-)(one_run("What does hello.py print?", extra=["--include-partial-messages"]))
+)(one_run("What does hello.py print?"))
 
 
 LONG_MODULE = "".join(f"def f{n}(x):\n    return x + {n}\n\n\n" for n in range(40))
@@ -379,7 +384,7 @@ scenario(
         tool("Bash", command="ls src", description="List src"),
         text("Wrote src/long.py with forty small functions; ls shows it in src."),
     ],
-)(one_run("Write src/long.py with forty small functions.", extra=["--include-partial-messages"]))
+)(one_run("Write src/long.py with forty small functions."))
 
 
 async def _resume(sb: Sandbox) -> dict[str, ClaudeRun]:

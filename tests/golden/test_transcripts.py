@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from codelegate.policy.argv import CHANNEL_FLAGS, FIXED_FLAGS
+from codelegate.translator.control import INITIALIZE_ID
 from tests.conftest import PINNED_CLAUDE_VERSION
 from tests.golden.capture import SCENARIOS, TRANSCRIPTS, leaks
 
@@ -32,3 +34,24 @@ def test_transcript_is_clean_json_lines_of_the_pinned_cli(path: Path) -> None:
         assert init["cwd"] == "/srv/workspaces/demo"
     assert lines[-1]["type"] == "result"
     assert (lines[-1]["is_error"] is True) == (MANIFEST[path.name]["exit_code"] == 1)
+
+
+def _holds(argv: list[str], flags: tuple[str, ...]) -> bool:
+    return any(argv[at : at + len(flags)] == list(flags) for at in range(len(argv)))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_transcript_was_captured_as_the_daemon_runs_the_cli(path: Path) -> None:
+    # The goldens test the translator on what production prints: the daemon's fixed flags,
+    # and the prompt over the control channel (a one-shot CLI prints other lines).
+    argv = MANIFEST[path.name]["argv"]
+    assert _holds(argv, FIXED_FLAGS)
+    assert _holds(argv, CHANNEL_FLAGS)
+    lines = [json.loads(raw) for raw in path.read_text().splitlines()]
+    if any(line.get("subtype") == "init" for line in lines):
+        # The CLI answered our initialize and echoed the prompt it took from stdin.
+        answers = [line["response"] for line in lines if line["type"] == "control_response"]
+        assert [answer["request_id"] for answer in answers] == [INITIALIZE_ID]
+        replays = [line for line in lines if line["type"] == "user" and line.get("isReplay")]
+        assert len(replays) == 1
+        assert isinstance(replays[0]["message"]["content"], str)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import uuid
@@ -11,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from codelegate.policy.argv import FIXED_FLAGS
+from codelegate.policy.argv import CHANNEL_FLAGS, FIXED_FLAGS
+from codelegate.translator import RunContext, Translator
+from codelegate.translator.control import opening
 
 API_KEY = "sk-ant-test-dummy"
 
@@ -129,16 +132,21 @@ async def run_claude(
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     time_limit: float = 60.0,
+    channel: bool = False,
     **session: Unpack[Session],
 ) -> ClaudeRun:
-    """Run the CLI to completion (prompt on stdin) and parse its stream-json lines."""
+    """Run the CLI to completion and parse its stream-json lines: the prompt as text on stdin,
+    closed at once; or (``channel``) over the control channel, as a run of the daemon speaks it
+    (see :func:`_speak_as_the_daemon`)."""
     resume = session.get("resume")
     session_id = session.get("session_id") or (None if resume else str(uuid.uuid4()))
     opened: Session = {**session, "session_id": session_id}
-    argv = claude_argv(claude_bin, extra=extra_args, **opened)
+    extra = [*CHANNEL_FLAGS, *extra_args] if channel else list(extra_args)
+    argv = claude_argv(claude_bin, extra=extra, **opened)
     proc = await spawn_claude(argv, base_url, workspace=workspace, home=home, env=env)
+    talk = _speak_as_the_daemon(proc, prompt) if channel else proc.communicate(prompt.encode())
     try:
-        stdout, stderr = await asyncio.wait_for(proc.communicate(prompt.encode()), time_limit)
+        stdout, stderr = await asyncio.wait_for(talk, time_limit)
     except TimeoutError:
         proc.kill()
         await proc.wait()
@@ -152,3 +160,32 @@ async def run_claude(
     inits = run.of_type("system", "init")
     run.session_id = inits[0]["session_id"] if inits else (resume or session_id)
     return run
+
+
+async def _speak_as_the_daemon(
+    proc: asyncio.subprocess.Process, prompt: str
+) -> tuple[bytes, bytes]:
+    """What a run of the daemon writes and when (daemon/driving.py): the opening of
+    translator.control (``initialize``, then the prompt as a user message), stdin kept open
+    until the translator's channel says the run is over, then closed; the output up to EOF."""
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    stderr = asyncio.ensure_future(proc.stderr.read())
+    # Only its channel is read: when the run is over is the translator's to say, as in a run.
+    watch = Translator(RunContext(run_id="watch", cwd="/", started_at=0.0))
+    proc.stdin.write(opening(prompt))
+    with contextlib.suppress(ConnectionError):  # a CLI that ended at once (it says why)
+        await proc.stdin.drain()
+    out = bytearray()
+    try:
+        while chunk := await proc.stdout.read(1 << 16):
+            out += chunk
+            watch.receive_data(chunk, 0.0)
+            if watch.channel.over and not proc.stdin.is_closing():
+                proc.stdin.close()
+        proc.stdin.close()
+        await proc.wait()
+        return bytes(out), await stderr
+    finally:
+        stderr.cancel()  # a run cut short by its time limit reads no more

@@ -116,8 +116,11 @@ def test_a_background_bash_keeps_stdin_open_until_the_result_after_its_notificat
     assert _over_after_each_result("bash_background") == [False, True]
 
 
-def test_a_background_subagent_run_is_over_at_its_results() -> None:
-    assert _over_after_each_result("subagent_background") == [True, True]
+def test_a_background_subagent_keeps_stdin_open_until_the_result_after_its_notification() -> None:
+    # Over the control channel the first result comes while the subagent still works (listed
+    # by background_tasks_changed); a one-shot CLI (stdin closed at once) held both results
+    # until the subagent was done, so that each of them looked like the end.
+    assert _over_after_each_result("subagent_background") == [False, True]
 
 
 def test_the_channel_is_idle_from_a_result_until_the_next_turn_of_the_main_agent() -> None:
