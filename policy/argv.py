@@ -42,11 +42,12 @@ _BASE_FLAGS: Final = (
 )
 PROMPTS_NONE: Final = ("--permission-prompts", "none")
 PROMPTS_HOST: Final = ("--permission-prompts", "host", "--permission-prompt-tool", "stdio")
-# What the golden one-shot captures start too (tests/stub/claude.py): fail closed.
+# Every run's flags, with prompts off (fail closed); tests start the CLI with them too
+# (tests/stub/claude.py).
 FIXED_FLAGS: Final = (*_BASE_FLAGS, *PROMPTS_NONE)
 # The control channel (translator.control): the prompt and control requests are stream-json
-# lines on stdin, which stays open until the run is over. Apart from FIXED_FLAGS, which also
-# start the one-shot CLI of the golden captures (a text prompt on stdin, closed at once).
+# lines on stdin, which stays open until the run is over. Apart from FIXED_FLAGS: a test may
+# start the CLI one-shot instead (a text prompt on stdin, closed at once).
 # --replay-user-messages: the CLI echoes each user message when it takes it in, so that the
 # daemon knows when a message written mid-run has been read (translator.control.Channel).
 CHANNEL_FLAGS: Final = ("--input-format", "stream-json", "--replay-user-messages")
