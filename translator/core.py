@@ -269,8 +269,7 @@ class Translator:
         except msgspec.MsgspecError:
             self.state.count("malformed_line")
             return
-        if msg is not None:
-            self._dispatch(msg)
+        self._dispatch(msg)
 
     def _dispatch(self, msg: wire.Line) -> None:
         self._handlers[type(msg)](msg)
@@ -287,7 +286,7 @@ class Translator:
             wire.StreamEvent: self.messages.stream,
             wire.ControlRequest: approvals.control_request,
             wire.ControlCancel: approvals.control_cancel,
-            wire.RateLimitEvent: _ignore,  # quotas, nothing for a card
+            **dict.fromkeys(wire.QUIET_LINES, _ignore),
         }
 
     def _progress(self, msg: wire.ToolProgressLine) -> None:

@@ -4,7 +4,9 @@ Only the fields the translator uses are declared: msgspec skips the rest without
 Python objects, which is most of the translator's speed. Lines are a tagged union on ``type``
 (``result`` lines put ``type`` near the end of the object; msgspec finds it anyway). Unknown
 types are not an error of the union's own: :func:`decode_line` falls back to reading the bare
-``type`` so that an unknown type is counted apart from a malformed line.
+``type`` so that an unknown type is counted apart from a malformed line. The types that carry
+nothing for cards are in the union all the same (:data:`QUIET_LINES`): a block of lines holding
+one is still decoded in one call.
 
 ``system`` lines declare only ``subtype``: each subtype the translator acts on is decoded a second
 time with its own Struct, so that a field of an odd shape in a subtype we ignore never costs us
@@ -13,7 +15,7 @@ the line.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Union, cast, get_args
 
 import msgspec
 
@@ -146,10 +148,6 @@ class StreamEvent(_Line, tag="stream_event"):
     parent_tool_use_id: str | None = None
 
 
-class RateLimitEvent(_Line, tag="rate_limit_event"):
-    pass
-
-
 class ControlRequest(_Line, tag="control_request"):
     """The CLI asks the host (``can_use_tool``): the request is decoded by translator.approvals,
     so that a request of an odd shape can still be answered (denied) by its id."""
@@ -164,6 +162,25 @@ class ControlCancel(_Line, tag="control_cancel_request"):
     request_id: str = ""
 
 
+class Quiet(_Line):
+    """A line of a type that carries nothing for cards: read, dropped, never counted."""
+
+
+# The quiet types of this CLI version (control_response answers our own requests: initialize,
+# interrupt, stop_task; rate_limit_event is about quotas). One Struct each, made here: each tag
+# needs a class of its own, and a class says no more than its tag.
+QUIET_LINES: Final[tuple[type[Quiet], ...]] = tuple(
+    cast(type[Quiet], msgspec.defstruct(f"Quiet_{tag}", (), bases=(Quiet,), tag=tag))
+    for tag in (
+        "rate_limit_event",
+        "keep_alive",
+        "control_response",
+        "conversation_reset",
+        "prompt_suggestion",
+        "auth_status",
+    )
+)
+
 Line = (
     Assistant
     | User
@@ -171,9 +188,9 @@ Line = (
     | Result
     | ToolProgressLine
     | StreamEvent
-    | RateLimitEvent
     | ControlRequest
     | ControlCancel
+    | Quiet
 )
 
 
@@ -217,28 +234,9 @@ class _Envelope(msgspec.Struct, gc=False):
     type: str | None = None
 
 
+# Every top-level type the union decodes: a line of any other is counted as ``unknown_type``.
 KNOWN_TYPES: Final = frozenset(
-    {
-        "assistant",
-        "user",
-        "system",
-        "result",
-        "tool_progress",
-        "stream_event",
-        "rate_limit_event",
-        "control_request",
-        "control_cancel_request",
-    }
-)
-# Top-level types of this CLI version that carry nothing for cards: read, never counted.
-IGNORED_TYPES: Final = frozenset(
-    {
-        "keep_alive",
-        "control_response",  # answers our own requests (initialize, interrupt)
-        "conversation_reset",
-        "prompt_suggestion",
-        "auth_status",
-    }
+    cls.__struct_config__.tag for cls in (*get_args(Line), *QUIET_LINES) if cls is not Quiet
 )
 # ``system`` subtypes that the pinned CLI (2.1.332) emits. A subtype outside this set is counted
 # as ``unknown_type``, so that operators see a new CLI version speak of something new.
@@ -331,7 +329,9 @@ KNOWN_SUBTYPES: Final = frozenset(
     ]
 )
 
-_line_decoder: Final = msgspec.json.Decoder(Line)
+_line_decoder: Final[msgspec.json.Decoder[Line]] = msgspec.json.Decoder(
+    Union[(*get_args(Line), *QUIET_LINES)]
+)
 _envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
 
 
@@ -339,8 +339,8 @@ class UnknownType(Exception):
     """A well-formed line of a type this version does not know (counted, never fatal)."""
 
 
-def decode_line(line: bytes) -> Line | None:
-    """Decode one line; ``None`` for a known type that carries nothing.
+def decode_line(line: bytes) -> Line:
+    """Decode one line (a :class:`Quiet` one for a known type that carries nothing).
 
     Raises :class:`UnknownType`, or ``msgspec.MsgspecError`` for a malformed line.
     """
@@ -348,8 +348,6 @@ def decode_line(line: bytes) -> Line | None:
         return _line_decoder.decode(line)
     except msgspec.ValidationError:
         envelope = _envelope_decoder.decode(line)
-        if envelope.type in IGNORED_TYPES:
-            return None
         if envelope.type is not None and envelope.type not in KNOWN_TYPES:
             raise UnknownType(envelope.type) from None
         raise

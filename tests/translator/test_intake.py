@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+import codelegate.translator.wire as wire
 from codelegate.translator import Limits, Outcome, Translator
 from codelegate.translator.frames import ToolCall
 from tests.translator.helpers import (
@@ -161,3 +162,17 @@ def test_a_bad_line_sends_its_chunk_line_by_line_with_the_same_outcome() -> None
 def test_a_tool_use_without_an_id_opens_no_card() -> None:
     frames = run([assistant({"type": "tool_use", "name": "Read", "input": {}})])
     assert of_type(frames, "tool_call") == []
+
+
+def test_a_block_holding_lines_of_every_quiet_type_is_decoded_in_one_call() -> None:
+    # A line the union did not know failed the whole block, which was then read line by line:
+    # the answer to initialize, in every run, cost its chunk the fast path.
+    tags = [cls.__struct_config__.tag for cls in wire.QUIET_LINES]
+    assert {"control_response", "keep_alive", "rate_limit_event"} <= set(tags)
+    said = assistant({"type": "text", "text": "hi"})
+    quiet = [line(type=tag, response={"subtype": "success"}) for tag in tags]
+    decoded = wire.decode_lines(b"".join([*quiet, said]))
+    assert [type(msg) for msg in decoded] == [*wire.QUIET_LINES, wire.Assistant]
+    frames = run([*quiet, said])
+    assert [m["text"] for m in of_type(frames, "provider_message")] == ["hi"]
+    assert of_type(frames, "diagnostic") == []
