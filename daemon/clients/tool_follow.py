@@ -100,6 +100,11 @@ class Relay:
         self._acknowledged = False
         self.failures = 0
 
+    def bind(self, stop: Callable[[], bool] | None, poll_s: float) -> None:
+        """The call's Stop and timeout, for the approver to look at while it waits."""
+        if self._approver is not None:
+            self._approver.bind(stop, poll_s)
+
     def frame(self, frame: dict[str, Any]) -> None:
         """Relay one daemon frame (daemon-only frames are not Agent IO events)."""
         kind = frame.get("type")
