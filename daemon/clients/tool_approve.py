@@ -50,7 +50,7 @@ class Approver:
         # How the wait for an answer is ended when the daemon ends the request (tool_wait).
         self._close = closer_of(self._io)
         self._stop: Callable[[], bool] | None = None
-        self._poll_s = 0.25
+        self._poll_s = 0.25  # until call_run binds the call's own poll (tool._POLL_S)
         is_cancelled = getattr(io, "is_cancelled", None)
         self._interrupted = is_cancelled if callable(is_cancelled) else None
         self.answered = 0
