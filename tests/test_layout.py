@@ -31,6 +31,8 @@ STDLIB_ONLY = (
     "codelegate.daemon.clients.tool",
     "codelegate.daemon.clients.tool_follow",
     "codelegate.daemon.clients.tool_approve",
+    "codelegate.daemon.clients.tool_stream",
+    "codelegate.daemon.clients.tool_wait",
     "codelegate.daemon.clients.unix_http",
 )
 AIOHTTP_ALLOWED = ("codelegate.daemon.serving", "codelegate.daemon.clients.terminal")

@@ -202,6 +202,7 @@ def call_run(
         if not run_id:
             return _envelope(_decode_answer(response.status, response.read()))
         relay = relay or Relay(None)
+        relay.bind(stop, poll_s)
         relay.prompt(run_id, str(body.get("task", "")), body.get("parent"))
         final = follow(path, run_id, relay, stop, poll_s, _post_cancel)
         if final is None and _wait_readable(sock, stop, poll_s):

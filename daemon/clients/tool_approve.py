@@ -14,8 +14,9 @@ than ``admin``, the request is denied ("No one can approve this here") unless wh
 the tool passed ``approve`` (called with the frame when there is nobody to ask; True/False, or
 an answer dict for the daemon). The call blocks while the person decides, as ConnectOnion's own
 tools do; a Stop that arrives meanwhile (``UserInterrupt``, or a ``PROVIDER_INTERRUPT`` taken as
-the answer) cancels the run. An answer that comes after the daemon's timeout gets 409 and
-changes nothing.
+the answer) cancels the run, and so does the call's timeout. When the daemon ends the request
+first (its timeout, a cancel, another client's answer, the run's end), the wait ends with it
+(tool_wait): nothing is posted, the run goes on and the tool goes on following it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from codelegate.daemon.clients.tool_wait import Watch, closer_of
 from codelegate.daemon.clients.unix_http import post_json
 
 NO_ONE_HERE: Final = "No one can approve this here"
@@ -45,7 +47,18 @@ class Approver:
         # As ConnectOnion's codex tool: a requester it knows to be no admin may not approve.
         allowed = not isinstance(requester, dict) or requester.get("level") == "admin"
         self._io = io if callable(send) and callable(receive) and allowed else None
+        # How the wait for an answer is ended when the daemon ends the request (tool_wait).
+        self._close = closer_of(self._io)
+        self._stop: Callable[[], bool] | None = None
+        self._poll_s = 0.25  # until call_run binds the call's own poll (tool._POLL_S)
+        is_cancelled = getattr(io, "is_cancelled", None)
+        self._interrupted = is_cancelled if callable(is_cancelled) else None
         self.answered = 0
+
+    def bind(self, stop: Callable[[], bool] | None, poll_s: float) -> None:
+        """The call's Stop and timeout (tool._Stop), looked at while the tool waits too."""
+        self._stop = stop
+        self._poll_s = poll_s
 
     def approval(self, frame: dict[str, Any]) -> None:
         """Answer an ``approval_needed`` frame (blocks until it is answered)."""
@@ -53,7 +66,7 @@ class Approver:
         if url is None:
             return
         if self._io is not None:
-            answer = self._ask(_approval_event(frame), frame["run_id"])
+            answer = self._ask(_approval_event(frame), frame)
             if answer is None:
                 return
             body = _approval_body(answer)
@@ -85,7 +98,7 @@ class Approver:
                 "options": [o for o in options if isinstance(o, str)],
                 "multi_select": bool(item.get("multiSelect")),
             }
-            answer = self._ask(event, frame["run_id"])
+            answer = self._ask(event, frame)
             if answer is None:
                 return
             text = answer.get("answer")
@@ -95,23 +108,42 @@ class Approver:
                 answers[item["question"]] = text
         self._post(url, {"answers": answers})
 
-    def _ask(self, event: dict[str, Any], run_id: str) -> dict[str, Any] | None:
-        """Send ``event``, take the answer; None when a Stop came instead (the run is cancelled)."""
+    def _ask(self, event: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any] | None:
+        """Send ``event``, take the answer; None when there is none to post: a Stop or the
+        call's timeout came instead (the run is cancelled), or the daemon ended the request."""
         io = self._io
         assert io is not None  # noqa: S101 - callers checked
+        watch = None
         try:
-            io.send(event)
-            answer = io.receive()
+            io.send(event)  # first: the watch closes the request the IO now holds open
+            if self._close is not None:
+                watch = Watch(
+                    self._path,
+                    frame,
+                    event,
+                    self._close,
+                    self._stop,
+                    self._poll_s,
+                    self._interrupted,
+                )
+                with watch:
+                    answer = io.receive()
+            else:  # an IO the wait cannot be ended on: as ConnectOnion's own tools wait
+                answer = io.receive()
         except Exception as exc:
             # ConnectOnion's Stop while waiting (UserInterrupt): stop the run, not the tool.
             if type(exc).__name__ != "UserInterrupt":
                 raise
             answer = None
-        if not isinstance(answer, dict) or answer.get("type") in (
-            "PROVIDER_INTERRUPT",
-            "INTERRUPT",
+        over = watch.over if watch is not None else None
+        if over == "resolved":
+            return None  # the daemon's answer stands; the run goes on and the frames say how
+        if (
+            over == "stopped"
+            or not isinstance(answer, dict)
+            or answer.get("type") in ("PROVIDER_INTERRUPT", "INTERRUPT")
         ):
-            post_json(self._path, f"/v1/runs/{run_id}/cancel")
+            post_json(self._path, f"/v1/runs/{frame['run_id']}/cancel")
             return None
         return answer
 

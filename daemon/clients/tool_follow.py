@@ -1,35 +1,27 @@
 """Following a run for the ``claude_code`` tool: its NDJSON frames, relayed into Agent IO.
 
-Standard library only, like :mod:`.tool`. The stream is read from a plain Unix socket with
-``select`` so that the caller's Stop is looked at between frames (``http.client`` buffers behind
-the socket, and a timed-out read leaves its file object unusable). The request is HTTP/1.0: the
-daemon then streams the body as it is and closes at the end, no chunking to undo.
+Standard library only, like :mod:`.tool`. The stream (tool_stream) is read a poll at a time,
+so that the caller's Stop is looked at between frames.
 """
 
 from __future__ import annotations
 
-import json
-import select
-import socket
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
 from codelegate.daemon.clients.tool_approve import Approver
+from codelegate.daemon.clients.tool_stream import CONNECT_TIMEOUT_S, EventStream, StreamRefused
 
 # Frames meant for the daemon's own clients (the final result, counters of bad input): not Agent
 # IO events. The final result comes back to the model as the tool's result instead.
 DAEMON_ONLY: Final = frozenset({"run_result", "diagnostic", "approval_resolved"})
-CONNECT_TIMEOUT_S: Final = 10.0
 # Once the run is cancelled, how long its "cancelled" result (with the session id) may take.
 CANCEL_WAIT_S: Final = 15.0
 # A follower the daemon closed (it lagged) picks up again with after=; a few times at most.
 _RECONNECTS: Final = 5
 # O Chat's bound for a provider message's text.
 _MESSAGE_CHARS: Final = 16000
-_MAX_LINE: Final = 16 * 1024 * 1024
-_MAX_HEAD: Final = 64 * 1024
-_READ: Final = 256 * 1024
 # ConnectOnion's terminal console renders Rich markup: a "[" in a path or command must not be
 # taken for a tag.
 _RICH_ESCAPE: Final = str.maketrans({"[": "\\["})
@@ -80,96 +72,6 @@ def follow(
     return None
 
 
-class StreamRefused(Exception):
-    """The daemon answered the events request with an error status."""
-
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.body = body
-
-
-class EventStream:
-    """``GET /v1/runs/{id}/events?after=N`` over a Unix socket, one frame at a time."""
-
-    def __init__(self, path: str, run_id: str, after: int, connect_timeout: float) -> None:
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._sock.settimeout(connect_timeout)
-            self._sock.connect(path)
-            request = (
-                f"GET /v1/runs/{run_id}/events?after={after} HTTP/1.0\r\nHost: codelegate\r\n\r\n"
-            )
-            self._sock.sendall(request.encode("ascii"))
-            self._sock.setblocking(False)
-        except BaseException:
-            self._sock.close()
-            raise
-        self._buf = bytearray()
-        self._head = True
-        self._eof = False
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def frames(self, wait_s: float) -> list[dict[str, Any]] | None:
-        """The frames that arrive within ``wait_s`` (maybe none); None once the stream ended."""
-        if self._eof:
-            return None
-        readable, _, _ = select.select([self._sock], [], [], wait_s)
-        if not readable:
-            return []
-        try:
-            data = self._sock.recv(_READ)
-        except BlockingIOError:
-            return []
-        if not data:
-            self._eof = True
-        self._buf += data
-        if self._head and not self._parse_head():
-            return []
-        out = self._lines()
-        if self._eof and not out:
-            return None
-        return out
-
-    def _parse_head(self) -> bool:
-        end = self._buf.find(b"\r\n\r\n")
-        if end < 0:
-            if self._eof or len(self._buf) > _MAX_HEAD:
-                raise StreamRefused(0, bytes(self._buf[:512]))
-            return False
-        head = bytes(self._buf[:end]).decode("latin-1")
-        del self._buf[: end + 4]
-        self._head = False
-        parts = head.split(" ", 2)
-        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        if status != 200:
-            rest = bytes(self._buf)
-            raise StreamRefused(status, rest)
-        return True
-
-    def _lines(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        while True:
-            end = self._buf.find(b"\n")
-            if end < 0:
-                if len(self._buf) > _MAX_LINE:
-                    self._buf.clear()  # not a frame the daemon sends; never grow without bound
-                if self._eof and self._buf:
-                    end = len(self._buf)
-                else:
-                    return out
-            raw = bytes(self._buf[:end])
-            del self._buf[: end + 1]
-            try:
-                frame = json.loads(raw) if raw.strip() else None
-            except ValueError:
-                frame = None
-            if isinstance(frame, dict):
-                out.append(frame)
-
-
 class Relay:
     """Hands a run's frames to the calling agent's IO, the way ConnectOnion's own tools do.
 
@@ -197,6 +99,11 @@ class Relay:
         self._print = printer if io is None and callable(printer) else None
         self._acknowledged = False
         self.failures = 0
+
+    def bind(self, stop: Callable[[], bool] | None, poll_s: float) -> None:
+        """The call's Stop and timeout, for the approver to look at while it waits."""
+        if self._approver is not None:
+            self._approver.bind(stop, poll_s)
 
     def frame(self, frame: dict[str, Any]) -> None:
         """Relay one daemon frame (daemon-only frames are not Agent IO events)."""
