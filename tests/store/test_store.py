@@ -435,6 +435,24 @@ async def test_a_run_past_its_cap_stores_its_first_frames_and_its_closing_ones(
         await store.close()
 
 
+@pytest.mark.parametrize("count", [1, 3, 4, 21, 64, 85, 130])
+def test_a_batch_of_any_size_is_written_whole_in_order_and_a_retry_keeps_what_is_there(
+    tmp_path: Path, count: int
+) -> None:
+    conn = queries.connect(str(tmp_path / "runs.db"))
+    try:
+        first = [("r1", seq, frame("r1", seq)) for seq in range(1, count + 1)]
+        queries.write_batch(conn, first, {})
+        # A retry after an ambiguous failure: the same rows (changed bytes would not replace
+        # them) and new ones after.
+        again = [(r, seq, b"retried") for r, seq, _ in first] + [("r1", count + 1, b"new")]
+        queries.write_batch(conn, again, {})
+        rows = conn.execute("SELECT seq, data FROM frames ORDER BY rowid").fetchall()
+        assert rows == [(seq, data) for _, seq, data in first] + [(count + 1, b"new")]
+    finally:
+        conn.close()
+
+
 async def test_a_full_disk_is_retried_on_the_timer_not_on_every_new_frame(db_path: str) -> None:
     errors: list[BaseException] = []
     store = await RunStore.open(db_path, on_error=errors.append, flush_frames=16)
