@@ -36,12 +36,10 @@ class Metrics:
     def count_frames(self, frames: Sequence[Frame]) -> None:
         """Count frames a run produced, by type, and the diagnostics among them, by code."""
         types = self._frame_types
-        diagnostics = types[Diagnostic]
-        types.update(map(type, frames))  # counted in C: this is on every chunk's path
-        if types[Diagnostic] != diagnostics:
-            for frame in frames:
-                if isinstance(frame, Diagnostic):
-                    self.diagnostics[frame.code] += frame.count
+        for frame in frames:  # by type: the tag is looked up when /metrics is read
+            types[type(frame)] += 1
+            if isinstance(frame, Diagnostic):
+                self.diagnostics[frame.code] += frame.count
 
     @property
     def frames(self) -> Counter[str]:

@@ -280,13 +280,19 @@ class RunManager:
         run_id = run.run_id
         # Per frame only what each frame needs (its bytes, once); the store, the metrics and the
         # run log take the chunk's frames as one batch.
-        batch = [
-            Delivery(run_id, frame.seq, encode_frame(frame), isinstance(frame, RunResult))
-            for frame in frames
-        ]
+        batch: list[Delivery] = []
+        rows: list[tuple[str, int, bytes]] = []
+        marked = False  # a frame stored even past the cap is among them
+        for frame in frames:
+            data = encode_frame(frame)
+            seq = frame.seq
+            batch.append(Delivery(run_id, seq, data, isinstance(frame, RunResult)))
+            rows.append((run_id, seq, data))
+            marked = marked or isinstance(frame, _ALWAYS_STORED)
         store = self._store
-        always = keep or [isinstance(frame, _ALWAYS_STORED) for frame in frames]
-        rows = [(run_id, d.seq, d.data) for d in batch]
+        always: bool | list[bool] = keep
+        if marked and not keep:
+            always = [isinstance(frame, _ALWAYS_STORED) for frame in frames]
         capped = store.append_frames(run_id, rows, always) > 0
         self._metrics.count_frames(frames)
         run.log.publish(batch)  # memory bounded there; older frames replay from the store
