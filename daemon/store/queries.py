@@ -167,11 +167,14 @@ def transaction(conn: sqlite3.Connection, fn: Callable[[], T]) -> T:
     return out
 
 
-# Rows per INSERT statement, largest first: a batch goes in as a few multi-row statements.
-# sqlite3's executemany steps (and lets go of the GIL) once per row; on a busy daemon each
-# step then waits for the event loop to hand the GIL back, which made the store thread's
-# share of a frame 1.5-2x what one statement of 64 rows costs (bench/RESULTS.md, section 2).
-INSERT_ROWS: Final = (64, 16, 4, 1)
+# Rows per INSERT statement, largest first: a batch (256 frames at most by default) goes in as
+# one statement, or a few. sqlite3 lets go of the GIL for each step, and each step then waits
+# for the busy event loop to hand it back. Beside a loop that takes and drops the GIL at every
+# poll, the store thread's CPU a frame was 4.3-14.9 us stepping once per row (executemany,
+# more the busier the machine), 3.2-3.9 us at 64 rows a statement on a quiet machine and
+# 6.7-9.0 on a loaded one, 3.1-3.6 and 3.9-5.6 us at 256 (bench/RESULTS.md, section 2).
+# 256 rows are 768 variables, within SQLite's oldest default limit (999).
+INSERT_ROWS: Final = (256, 64, 16, 4, 1)
 _INSERT_FRAMES: Final = {  # placeholders only: the values are bound
     n: "INSERT OR IGNORE INTO frames (run_id, seq, data) VALUES "  # noqa: S608
     + ", ".join(["(?, ?, ?)"] * n)

@@ -461,7 +461,7 @@ async def test_frames_appended_together_stop_at_the_cap_where_one_at_a_time_woul
         await store.close()
 
 
-@pytest.mark.parametrize("count", [1, 3, 4, 21, 64, 85, 130])
+@pytest.mark.parametrize("count", [1, 3, 4, 21, 64, 85, 130, 256, 341])
 def test_a_batch_of_any_size_is_written_whole_in_order_and_a_retry_keeps_what_is_there(
     tmp_path: Path, count: int
 ) -> None:
