@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
+
+from codelegate.translator.frames import Diagnostic, Frame
 
 if TYPE_CHECKING:
     from codelegate.daemon.fanout import FanoutStats
@@ -20,7 +22,7 @@ class Metrics:
         self.runs_started = 0
         self.runs_finished: Counter[str] = Counter()
         self.runs_refused: Counter[str] = Counter()
-        self.frames: Counter[str] = Counter()
+        self._frame_types: Counter[type[Frame]] = Counter()
         self.diagnostics: Counter[str] = Counter()
         self.ws_connections = 0
         self.http_errors: Counter[int] = Counter()
@@ -30,6 +32,19 @@ class Metrics:
         self._buckets = [0] * len(DURATION_BUCKETS)
         self._duration_sum = 0.0
         self._duration_count = 0
+
+    def count_frames(self, frames: Sequence[Frame]) -> None:
+        """Count frames a run produced, by type, and the diagnostics among them, by code."""
+        types = self._frame_types
+        for frame in frames:  # by type: the tag is looked up when /metrics is read
+            types[type(frame)] += 1
+            if isinstance(frame, Diagnostic):
+                self.diagnostics[frame.code] += frame.count
+
+    @property
+    def frames(self) -> Counter[str]:
+        """Frames produced by runs, by type (the frame's ``type`` tag)."""
+        return Counter({str(t.__struct_config__.tag): n for t, n in self._frame_types.items() if n})
 
     def observe_duration(self, seconds: float) -> None:
         """Record one finished run's wall-clock duration."""

@@ -58,7 +58,6 @@ from codelegate.translator.frames import (
     ApprovalNeeded,
     ApprovalResolved,
     AskUser,
-    Diagnostic,
     Frame,
     RunResult,
     encode_frame,
@@ -276,26 +275,32 @@ class RunManager:
         ``keep`` (the closing frames); the first one not stored is followed by a
         ``frames_not_stored`` diagnostic, and the total comes before ``run_result``.
         """
+        if not frames:
+            return
+        run_id = run.run_id
+        # Per frame only what each frame needs (its bytes, once); the store, the metrics and the
+        # run log take the chunk's frames as one batch.
         batch: list[Delivery] = []
-        store = self._store
-        capped = False
+        rows: list[tuple[str, int, bytes]] = []
+        marked = False  # a frame stored even past the cap is among them
         for frame in frames:
             data = encode_frame(frame)
-            batch.append(Delivery(run.run_id, frame.seq, data, isinstance(frame, RunResult)))
-            always = keep or isinstance(frame, _ALWAYS_STORED)
-            if not store.append_frame(run.run_id, frame.seq, data, always=always):
-                capped = True
-            kind = type(frame).__struct_config__.tag
-            self._metrics.frames[str(kind)] += 1
-            if isinstance(frame, Diagnostic):
-                self._metrics.diagnostics[frame.code] += frame.count
+            seq = frame.seq
+            batch.append(Delivery(run_id, seq, data, isinstance(frame, RunResult)))
+            rows.append((run_id, seq, data))
+            marked = marked or isinstance(frame, _ALWAYS_STORED)
+        store = self._store
+        always: bool | list[bool] = keep
+        if marked and not keep:
+            always = [isinstance(frame, _ALWAYS_STORED) for frame in frames]
+        capped = store.append_frames(run_id, rows, always) > 0
+        self._metrics.count_frames(frames)
         run.log.publish(batch)  # memory bounded there; older frames replay from the store
-        if batch:
-            run.record.last_seq = batch[-1].seq
+        run.record.last_seq = batch[-1].seq
         if capped:
             # Said once, when the first frame is not stored; the translator keeps the count and
             # sends the total with its closing frames.
-            told = run.translator.frames_not_stored(store.not_stored(run.run_id), time.time())
+            told = run.translator.frames_not_stored(store.not_stored(run_id), time.time())
             if told:
                 self._emit(run, told, keep=True)
 

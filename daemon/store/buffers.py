@@ -10,6 +10,7 @@ the front, in order. The store owns the writer, the timer and the waiters around
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Final
 
 from codelegate.daemon.store.queries import Finish, Frame
@@ -67,23 +68,37 @@ class Buffers:
             pending.queued = True
             self._turn.append(run_id)
 
-    def append(self, frame: Frame, *, always: bool) -> bool:
-        """Buffer one frame; False when its run is past its cap and it is not stored."""
-        run_id, _, data = frame
+    def extend(self, run_id: str, frames: Sequence[Frame], always: bool | Sequence[bool]) -> int:
+        """Buffer frames of ``run_id``, in order; returns how many were past the run's cap and
+        not stored (``always``, for all of them or for each: stored anyway)."""
         pending = self._of(run_id)
-        size = len(data)
-        if not always and (
-            pending.stored_frames >= self._max_frames
-            or pending.stored_bytes + size > self._max_bytes
-        ):
-            pending.not_stored += 1
-            return False
-        pending.stored_frames += 1
-        pending.stored_bytes += size
-        pending.frames.append(frame)
-        self._queue(run_id, pending)
-        self.buffered += 1
-        return True
+        size = sum([len(frame[2]) for frame in frames])
+        kept: Sequence[Frame]
+        if (
+            pending.stored_frames + len(frames) <= self._max_frames
+            and pending.stored_bytes + size <= self._max_bytes
+        ):  # all within the cap, the usual case: one check for the lot
+            kept = frames
+            pending.stored_frames += len(frames)
+            pending.stored_bytes += size
+        else:  # the cap is reached among these: frame by frame
+            kept = []
+            for i, frame in enumerate(frames):
+                size = len(frame[2])
+                if not (always if isinstance(always, bool) else always[i]) and (
+                    pending.stored_frames >= self._max_frames
+                    or pending.stored_bytes + size > self._max_bytes
+                ):
+                    pending.not_stored += 1
+                    continue
+                pending.stored_frames += 1
+                pending.stored_bytes += size
+                kept.append(frame)
+        if kept:
+            pending.frames.extend(kept)
+            self._queue(run_id, pending)
+            self.buffered += len(kept)
+        return len(frames) - len(kept)
 
     def finish(self, run_id: str, finish: Finish) -> None:
         """Buffer the run's final status (it goes after every frame of the run buffered so far)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -166,6 +167,35 @@ def transaction(conn: sqlite3.Connection, fn: Callable[[], T]) -> T:
     return out
 
 
+# Rows per INSERT statement, largest first: a batch (256 frames at most by default) goes in as
+# one statement, or a few. sqlite3 lets go of the GIL for each step, and each step then waits
+# for the busy event loop to hand it back. Beside a loop that takes and drops the GIL at every
+# poll, the store thread's CPU a frame was 4.3-14.9 us stepping once per row (executemany,
+# more the busier the machine), 3.2-3.9 us at 64 rows a statement on a quiet machine and
+# 6.7-9.0 on a loaded one, 3.1-3.6 and 3.9-5.6 us at 256 (bench/RESULTS.md, section 2).
+# 256 rows are 768 variables, within SQLite's oldest default limit (999).
+INSERT_ROWS: Final = (256, 64, 16, 4, 1)
+_INSERT_FRAMES: Final = {  # placeholders only: the values are bound
+    n: "INSERT OR IGNORE INTO frames (run_id, seq, data) VALUES "  # noqa: S608
+    + ", ".join(["(?, ?, ?)"] * n)
+    for n in INSERT_ROWS
+}
+
+
+def insert_frames(conn: sqlite3.Connection, frames: Sequence[Frame]) -> None:
+    """Insert ``frames`` in order; a row already stored is left as it is.
+
+    OR IGNORE (each row on its own): a batch retried after an ambiguous failure must not fail
+    on its own rows.
+    """
+    at, total = 0, len(frames)
+    for n in INSERT_ROWS:
+        sql = _INSERT_FRAMES[n]
+        while total - at >= n:
+            conn.execute(sql, list(chain.from_iterable(frames[at : at + n])))
+            at += n
+
+
 def write_batch(conn: sqlite3.Connection, frames: list[Frame], finishes: dict[str, Finish]) -> None:
     """Frames, then final statuses, in one transaction: a finish never lands before its frames."""
     last: dict[str, int] = {}
@@ -173,10 +203,7 @@ def write_batch(conn: sqlite3.Connection, frames: list[Frame], finishes: dict[st
         last[run_id] = max(seq, last.get(run_id, 0))
 
     def write() -> None:
-        # OR IGNORE: a batch retried after an ambiguous failure must not fail on its own rows.
-        conn.executemany(
-            "INSERT OR IGNORE INTO frames (run_id, seq, data) VALUES (?, ?, ?)", frames
-        )
+        insert_frames(conn, frames)
         conn.executemany(
             "UPDATE runs SET last_seq = MAX(last_seq, ?) WHERE run_id = ?",
             [(seq, run_id) for run_id, seq in last.items()],

@@ -10,7 +10,7 @@ writer task, one batch (one transaction) at a time, at most ``flush_frames`` fra
 ``flush_bytes`` bytes each. A batch takes up to ``QUANTUM`` frames from each waiting run in
 turn (round-robin), so a run that floods its output never makes another run's frames, its
 record or a read wait behind more than one bounded batch: the executor holds at most one batch
-ahead of any other call. The live fan-out never waits for the store at all (``append_frame``
+ahead of any other call. The live fan-out never waits for the store at all (``append_frames``
 only buffers). A batch is written when ``flush_frames`` are waiting, on a short timer, and at
 once for :meth:`RunStore.finish_run`, :meth:`RunStore.flush` and :meth:`RunStore.close`.
 
@@ -20,10 +20,10 @@ before its frames, and the stored frames of a run are always a gapless prefix of
 produced (plus, past the cap, its closing frames).
 
 Caps. A run stores at most ``max_frames`` frames and ``max_bytes`` bytes of frames; frames past
-the cap are still delivered live, but not stored (``append_frame`` returns False and counts them
-in :meth:`RunStore.not_stored`), except the frames the caller marks ``always`` (a run's closing
-frames and the diagnostic saying what was not stored), so that replay and recovery still see how
-the run ended. A run's buffer never holds more than its cap either: the store's memory stays
+the cap are still delivered live, but not stored (``append_frames`` says how many; they are
+counted in :meth:`RunStore.not_stored`), except the frames the caller marks ``always`` (a run's
+closing frames and the diagnostic saying what was not stored), so that replay and recovery still
+see how the run ended. A run's buffer never holds more than its cap either: the store's memory stays
 bounded per run even while the disk is full.
 
 Failures. A failed write (disk full, read-only file) never raises into the run that produced the
@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
@@ -50,7 +50,7 @@ import structlog
 from codelegate.daemon.store import approvals, queries
 from codelegate.daemon.store.approvals import ApprovalRow
 from codelegate.daemon.store.buffers import UNCAPPED, Batch, Buffers
-from codelegate.daemon.store.queries import RunRecord, record
+from codelegate.daemon.store.queries import Frame, RunRecord, record
 
 T = TypeVar("T")
 
@@ -140,10 +140,19 @@ class RunStore:
         Returns False when the run is past its cap and the frame is not stored (``always``:
         store it anyway, for a run's closing frames).
         """
+        return not self.append_frames(run_id, [(run_id, seq, data)], always)
+
+    def append_frames(
+        self, run_id: str, frames: Sequence[Frame], always: bool | Sequence[bool] = False
+    ) -> int:
+        """Queue encoded frames of ``run_id`` (``(run_id, seq, data)``, in order) for the next
+        batches; never blocks. Returns how many were past the run's cap and not stored
+        (``always``, for all or for each: stored anyway)."""
         if self._closed:
             raise StoreError("the run store is closed")
-        if not self._buffers.append((run_id, seq, data), always=always):
-            return False
+        not_stored = self._buffers.extend(run_id, frames, always)
+        if not_stored == len(frames):
+            return not_stored
         if self._buffers.buffered >= self._flush_frames and self._last_error is None:
             # (After a failed write only the retry timer, a flush or a finish writes again.)
             self._start_writer()
@@ -151,7 +160,7 @@ class RunStore:
             self._timer = asyncio.get_running_loop().call_later(
                 self._flush_interval, self._start_writer
             )
-        return True
+        return not_stored
 
     def not_stored(self, run_id: str) -> int:
         """Frames of ``run_id`` past its cap, delivered live but not stored."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,33 @@ async def test_metrics_text(daemon: Daemon) -> None:
     assert "codelegate_run_duration_seconds_count 1" in text
     assert "codelegate_subscribers " in text
     assert "codelegate_subscribers_dropped_total 0" in text
+
+
+async def test_metrics_count_every_frame_of_every_run_by_type_and_diagnostics_by_code(
+    daemon: Daemon,
+) -> None:
+    produced: Counter[str] = Counter()
+    diagnosed: Counter[str] = Counter()
+    for task in ("fake: tools n=40", "fake: stderr lines=3", "hello"):
+        result = await (await daemon.post_run(task, wait=True)).json()
+        for frame in await daemon.events(result["run_id"]):
+            produced[frame["type"]] += 1
+            if frame["type"] == "diagnostic":
+                diagnosed[frame["code"]] += frame.get("count", 1)
+    assert diagnosed, "a run said a diagnostic"
+    async with daemon.http.get(f"{BASE}/metrics") as resp:
+        text = await resp.text()
+    counted = {
+        name: Counter(
+            {
+                line.split('"')[1]: int(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith(f"codelegate_{name}_total{{")
+            }
+        )
+        for name in ("frames", "diagnostics")
+    }
+    assert counted == {"frames": produced, "diagnostics": diagnosed}
 
 
 async def test_concurrent_requests_do_not_exceed_capacity(

@@ -12,15 +12,21 @@ import aiohttp
 import msgspec
 
 from codelegate.daemon.driving import Driver
+from codelegate.daemon.hub import Hub
+from codelegate.daemon.metrics import Metrics
+from codelegate.daemon.record import run_context, translator_limits
+from codelegate.daemon.runlog import RunLog
+from codelegate.daemon.runs import RunManager
 from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.store.store import RunStore
 from codelegate.policy.config import Config
-from codelegate.translator import RunContext, Translator
-from codelegate.translator.frames import encode_frame
+from codelegate.translator import Redactor, RunContext, Translator
+from codelegate.translator.frames import ApprovalResolved, Diagnostic, decode_frame, encode_frame
 from tests.daemon.conftest import (
     BASE,
     Daemon,
     frames_until_result,
+    make_config,
     next_frame,
     running_daemon,
     start_daemon,
@@ -405,3 +411,50 @@ async def test_a_flooding_run_lets_the_loop_run_between_full_reads() -> None:
     await task
     assert flood.done == 50
     assert len(set(seen_at)) > 25, seen_at  # it ran between the reads, not only before or after
+
+
+def _tool_lines(n: int, first: int = 0) -> bytes:
+    """``n`` Bash tool uses and their results, as the CLI prints them (stream-json)."""
+    lines = []
+    for i in range(first, first + n):
+        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": "true"}}
+        lines.append({"type": "assistant", "message": {"id": f"m{i}", "content": [use]}})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "ok"}
+        lines.append({"type": "user", "message": {"role": "user", "content": [result]}})
+    return b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
+
+
+async def test_a_chunk_crossing_the_store_cap_keeps_its_approval_frames_and_says_what_it_dropped(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    config = make_config(short_dir, workspace)
+    store = await RunStore.open(str(tmp_path / "runs.db"), max_frames=3)
+    manager = RunManager(config, store, Hub(), Metrics(), environ={})
+    rec = RunRecord(run_id="r1", created_at=1.0, cwd=str(workspace), mode="safe")
+    await store.create_run(rec)
+    translator = Translator(run_context(rec), translator_limits(config), Redactor(()))
+    run: Any = SimpleNamespace(record=rec, run_id="r1", translator=translator)
+    run.log = RunLog("r1", Hub(), 100)
+    frames = translator.receive_data(_tool_lines(3), 1.0)
+    assert len(frames) == 6
+    f = frames[4]  # past the cap: an approval's end in its place, which is stored regardless
+    frames[4] = ApprovalResolved(
+        f.id, f.run_id, f.seq, f.ts, f.provider, request_id="q", decision="deny",
+        scope="once", by="policy", tool="Bash", tool_id="toolu_2",
+    )  # fmt: skip
+    try:
+        manager._emit(run, frames)
+        manager._emit(run, translator.receive_data(_tool_lines(1, 3), 2.0))  # said once only
+        await store.flush()
+        stored = [decode_frame(data) for data in await store.frames_after("r1", 0)]
+    finally:
+        await store.close()
+    told = stored[-1]
+    kinds = ["ToolCall", "ToolResult", "ToolCall", "ApprovalResolved"]
+    assert [type(f).__name__ for f in stored[:4]] == kinds
+    assert [f.seq for f in stored[:4]] == [1, 2, 3, 5]
+    assert isinstance(told, Diagnostic)
+    assert told.code == "frames_not_stored"
+    assert (told.seq, told.count) == (7, 2)  # seqs 4 and 6 of the first chunk
+    assert store.not_stored("r1") == 4
+    assert [d.seq for d in run.log.after(0)] == list(range(1, 10))

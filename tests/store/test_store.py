@@ -435,6 +435,50 @@ async def test_a_run_past_its_cap_stores_its_first_frames_and_its_closing_ones(
         await store.close()
 
 
+async def test_frames_appended_together_stop_at_the_cap_where_one_at_a_time_would(
+    db_path: str,
+) -> None:
+    store = await RunStore.open(db_path, max_frames=10, max_bytes=1 << 20)
+    try:
+        await store.create_run(record("r1"))
+        rows = [("r1", seq, frame("r1", seq)) for seq in range(1, 9)]
+        assert store.append_frames("r1", rows) == 0  # all within the cap
+        rows = [("r1", seq, frame("r1", seq)) for seq in range(9, 15)]
+        always = [False, False, False, True, False, True]  # seqs 12 and 14 must be kept
+        assert store.append_frames("r1", rows, always) == 2  # 11 and 13: past the cap
+        assert store.not_stored("r1") == 2
+        assert store.append_frames("r1", [("r1", 15, frame("r1", 15))]) == 1
+        assert store.append_frames("r1", [("r1", 16, frame("r1", 16))], always=True) == 0
+        await store.flush()
+        page = await store.frames_page("r1", 0, 100)
+        assert page == [(seq, frame("r1", seq)) for seq in (*range(1, 11), 12, 14, 16)]
+        # The byte cap likewise, within one batch.
+        await store.create_run(record("r2", created_at=1001.0))
+        big = [("r2", s, b"x" * 400_000) for s in (1, 2, 3)]
+        assert store.append_frames("r2", big) == 1
+        assert [seq for seq, _ in await store.frames_page("r2", 0, 10)] == [1, 2]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("count", [1, 3, 4, 21, 64, 85, 130, 256, 341])
+def test_a_batch_of_any_size_is_written_whole_in_order_and_a_retry_keeps_what_is_there(
+    tmp_path: Path, count: int
+) -> None:
+    conn = queries.connect(str(tmp_path / "runs.db"))
+    try:
+        first = [("r1", seq, frame("r1", seq)) for seq in range(1, count + 1)]
+        queries.write_batch(conn, first, {})
+        # A retry after an ambiguous failure: the same rows (changed bytes would not replace
+        # them) and new ones after.
+        again = [(r, seq, b"retried") for r, seq, _ in first] + [("r1", count + 1, b"new")]
+        queries.write_batch(conn, again, {})
+        rows = conn.execute("SELECT seq, data FROM frames ORDER BY rowid").fetchall()
+        assert rows == [(seq, data) for _, seq, data in first] + [(count + 1, b"new")]
+    finally:
+        conn.close()
+
+
 async def test_a_full_disk_is_retried_on_the_timer_not_on_every_new_frame(db_path: str) -> None:
     errors: list[BaseException] = []
     store = await RunStore.open(db_path, on_error=errors.append, flush_frames=16)
