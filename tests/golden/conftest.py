@@ -66,9 +66,13 @@ class CliSandbox:
         env: Mapping[str, str] | None = None,
         **session: Unpack[Session],
     ) -> ClaudeRun:
-        """Serve ``stub`` and run the CLI once against it."""
+        """Serve ``stub`` and run the CLI once against it, as a run of the daemon speaks to it
+        (the channel flags, the prompt over the control channel): the stream facts are those of
+        what the daemon reads."""
         async with serve_stub(stub):
-            return await self.launch(stub.url, prompt, extra_args=extra, env=env, **session)
+            return await self.launch(
+                stub.url, prompt, extra_args=extra, env=env, channel=True, **session
+            )
 
     async def script(self, turns: Iterable[Turn], prompt: str = "Do the task.") -> ClaudeRun:
         return await self.run(Stub(turns), prompt)

@@ -1,7 +1,8 @@
 """DESIGN.md's "Stream facts", checked on the raw stream-json of the pinned real CLI.
 
-Each test scripts the model with the stub, runs the CLI once (about a second) and asserts on
-what it printed. When a fact changes in a new CLI version, these fail first and name it.
+Each test scripts the model with the stub, runs the CLI once as a run of the daemon does (its
+flags, the prompt over the control channel; about a second) and asserts on what it printed.
+When a fact changes in a new CLI version, these fail first and name it.
 """
 
 from __future__ import annotations
@@ -299,7 +300,7 @@ async def test_resume_continues_the_session(cli: CliSandbox) -> None:
 
 async def test_partial_messages_add_stream_events(cli: CliSandbox) -> None:
     stub = Stub([Turn([Thinking("Hmm."), ToolUse("Read", {"file_path": cli.path("hello.py")})])])
-    run = await cli.run(stub, extra=["--include-partial-messages"])
+    run = await cli.run(stub)  # partial messages: a fixed flag of every run
     events = Counter(line["event"]["type"] for line in run.of_type("stream_event"))
     assert events["message_start"] == events["message_stop"] == 2
     assert events["content_block_start"] == events["content_block_stop"] == 3
@@ -330,7 +331,7 @@ async def test_partial_messages_start_each_block_then_its_deltas_then_its_full_l
             text("Done."),
         ]
     )
-    run = await cli.run(stub, extra=["--include-partial-messages"])
+    run = await cli.run(stub)  # partial messages: a fixed flag of every run
     assert run.exit_code == 0
     seen: list[tuple[str, int | None]] = []
     index = None
