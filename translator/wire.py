@@ -234,10 +234,10 @@ class _Envelope(msgspec.Struct, gc=False):
     type: str | None = None
 
 
-# Every top-level type the union decodes: a line of any other is counted as ``unknown_type``.
-KNOWN_TYPES: Final = frozenset(
-    cls.__struct_config__.tag for cls in (*get_args(Line), *QUIET_LINES) if cls is not Quiet
-)
+# The classes lines are decoded into (Quiet itself stands for its tagged subclasses only), and
+# their tags: a line of any other type is counted as ``unknown_type``.
+_DECODED: Final = (*(cls for cls in get_args(Line) if cls is not Quiet), *QUIET_LINES)
+KNOWN_TYPES: Final = frozenset(cls.__struct_config__.tag for cls in _DECODED)
 # ``system`` subtypes that the pinned CLI (2.1.332) emits. A subtype outside this set is counted
 # as ``unknown_type``, so that operators see a new CLI version speak of something new.
 KNOWN_SUBTYPES: Final = frozenset(
@@ -330,7 +330,7 @@ KNOWN_SUBTYPES: Final = frozenset(
 )
 
 _line_decoder: Final[msgspec.json.Decoder[Line]] = msgspec.json.Decoder(
-    Union[(*get_args(Line), *QUIET_LINES)]
+    Union[_DECODED]  # noqa: UP007 - a union of classes made at run time
 )
 _envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
 

@@ -176,3 +176,6 @@ def test_a_block_holding_lines_of_every_quiet_type_is_decoded_in_one_call() -> N
     frames = run([*quiet, said])
     assert [m["text"] for m in of_type(frames, "provider_message")] == ["hi"]
     assert of_type(frames, "diagnostic") == []
+    # The base of the quiet Structs is no type of the CLI's: a line naming it is unknown.
+    frames = run([line(type=wire.Quiet.__name__), said])
+    assert [(d["code"], d["count"]) for d in of_type(frames, "diagnostic")] == [("unknown_type", 1)]
