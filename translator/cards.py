@@ -43,28 +43,49 @@ class Cards:
         # A subagent's lines that came before its Task card are read again once it opens.
         self._replay = replay
 
-    def open(
-        self, use_id: str, tool: Tool, raw_args: object, parent: str | None, partial: bool = False
-    ) -> None:
+    def open(self, use_id: str, tool: Tool, raw_args: object, parent: str | None) -> None:
         """A card for the CLI's tool call ``use_id`` of ``tool`` (:meth:`RunState.tool`)."""
         s = self.s
-        s.seen.add(use_id)
         # Its tool_id once the arguments are screened (the same screen may pass the id).
         card = Card(use_id, "", tool, s.tool_id(parent) if parent else None, s.now, None, None)
-        card.partial = partial
         if self._set_args(card, raw_args):
             # The same screen found nothing to mask in the id either: it is its own frame id.
             s.tool_ids[use_id] = card.tool_id = TOOL_PREFIX + use_id
         else:
             card.tool_id = s.tool_id(use_id)
-        s.cards[use_id] = card
+        self._opened(card)
+        self._call(card)
+        self._replay_held(use_id)
+
+    def start(self, use_id: str, tool: Tool, parent: str | None) -> None:
+        """A card at its block's start, before any of its arguments (partial messages): the
+        tool's name is all it shows until :meth:`fill`. With no arguments there is nothing to
+        screen but the id, its title is the tool's bare one and the review has nothing to note
+        (its full call will say)."""
+        s = self.s
+        parent_id = s.tool_id(parent) if parent else None
+        card = Card(use_id, s.tool_id(use_id), tool, parent_id, s.now, {}, None, partial=True)
+        self._opened(card)
+        bare = tool.bare
+        if bare is None:
+            bare = titled(tool.tool, tool.title, {}, s.ctx.cwd)
+            tool.bare = bare = bound_units(bare, s.limits.summary_chars)
+        s.tool_call(card, bare)
+        self._replay_held(use_id)
+
+    def _opened(self, card: Card) -> None:
+        s = self.s
+        s.seen.add(card.use_id)
+        s.cards[card.use_id] = card
         s.tools_started += 1
         if s.invocation is not None:
             # The row first: a tool_call before it would make O Chat show a raw row (the
             # command, an absolute path) until the typed row replaced it.
             s.sequence = card.sequence = s.sequence + 1
             self._activity(card, "running")
-        self._call(card)
+
+    def _replay_held(self, use_id: str) -> None:
+        s = self.s
         if s.held:
             held = s.held.pop(use_id, None)
             if held:

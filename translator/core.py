@@ -53,8 +53,6 @@ _HANDLED_SUBTYPES: Final = frozenset(
         "task_notification",
     }
 )
-# Partial-message events that can open a card or grow a text (the rest carry nothing).
-_STREAMED: Final = frozenset({"content_block_start", "content_block_delta", "message_start"})
 # Which field of a provider_invocation carries its text, by its status (the rest: an error).
 _SUMMARY_FIELDS: Final[dict[InvocationStatus, str]] = {
     "starting": "currentSummary",
@@ -244,6 +242,7 @@ class Translator:
             return
         handlers = self._handlers
         stream = self.messages.stream
+        streaming = self.state.streaming  # the text blocks streaming now (one dict, kept)
         stream_event, system, passive = wire.StreamEvent, wire.System, _PASSIVE_SUBTYPES
         for msg in messages:
             kind = type(msg)
@@ -251,10 +250,21 @@ class Translator:
             # partial deltas of thinking and tool input, and passive system subtypes.
             if kind is stream_event:
                 event = msg.event  # type: ignore[union-attr]
-                if event is not None and event.type in _STREAMED:
-                    delta = event.delta
-                    if delta is None or delta.type == "text_delta":
-                        stream(msg)  # type: ignore[arg-type]
+                if event is None:
+                    continue
+                what = event.type
+                # A block's start may open a card or a text; the rest matter only while a
+                # text streams: its delta grows it, a message's start ends it if cut off.
+                if what != "content_block_start":
+                    if not streaming:
+                        continue
+                    if what != "message_start":
+                        delta = event.delta
+                        if what != "content_block_delta" or delta is None:
+                            continue
+                        if delta.type != "text_delta":
+                            continue
+                stream(msg)  # type: ignore[arg-type]
                 continue
             if kind is system and msg.subtype in passive:  # type: ignore[union-attr]
                 continue

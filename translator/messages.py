@@ -71,7 +71,7 @@ class Messages:
             return
         if block.type == "tool_use":
             if block.id and block.id not in s.seen:
-                self._cards.open(block.id, s.tool(block.name), {}, parent, partial=True)
+                self._cards.start(block.id, s.tool(block.name), parent)
         elif block.type == "text":
             s.streaming[parent] = StreamedText(self._message_id(), parent, event.index)
 

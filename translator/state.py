@@ -50,7 +50,7 @@ class Tool:
     """What a tool's name alone says of its cards: worked out once per name of a run (the
     same few names come back on every call), not once per card."""
 
-    __slots__ = ("changes_files", "kind", "name", "review", "subagent", "title", "tool")
+    __slots__ = ("bare", "changes_files", "kind", "name", "review", "subagent", "title", "tool")
 
     def __init__(self, tool: str) -> None:
         self.tool = tool  # the name as the frames carry it (already said)
@@ -61,6 +61,8 @@ class Tool:
         self.subagent = tool in SUBAGENT_TOOLS
         # What the review evidence takes a card of this name for (None: it takes no note).
         self.review = reviewed_tool(self.name)
+        # The title of a card with no arguments yet, bounded (set by the first such card).
+        self.bare: str | None = None
 
 
 class Card(msgspec.Struct, gc=False):
