@@ -50,8 +50,8 @@ RUN apt-get update \
 
 COPY --from=claude /opt/claude/claude /usr/local/bin/claude
 COPY --from=build /opt/codelegate/venv /opt/codelegate/venv
-# World-readable on purpose: it holds no secret, and `docker run --user "$(id -u):$(id -g)"`
-# (the simplest way to share a socket and workspace files with the host user) must read it.
+# World-readable on purpose: it holds no secret, and the daemon reads it under whatever group
+# `docker run --user "10001:<your gid>"` gives it (README "Docker": how the host shares the socket).
 COPY --chmod=0644 systemd/config.container.toml /etc/codelegate/config.toml
 
 ENV PATH=/opt/codelegate/venv/bin:$PATH \

@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -120,15 +121,23 @@ def _as(uid: int, gids: list[int], umask: int, code: str, env: dict[str, str]) -
 
 
 class _Daemon:
-    """``codelegate serve --config`` as the service user, umask 007 as the unit sets it."""
+    """``codelegate serve --config`` as the service user, umask 007 as the unit sets it; with
+    ``own_pids``, in a pid namespace of its own, as a container runs it (its callers' pids are
+    then 0 to it: it cannot inspect them)."""
 
-    def __init__(self, acc: Accounts, config: Path, state: Path) -> None:
+    def __init__(self, acc: Accounts, config: Path, state: Path, own_pids: bool = False) -> None:
         python, path = _python_for_others()
+        self.own_pids = own_pids
+        argv = [python, "-m", "codelegate.daemon.cli", "serve", "--config", str(config)]
+        ids: dict[str, Any] = {"user": acc.service, "group": acc.gid, "extra_groups": [acc.gid]}
+        if own_pids:
+            # The namespace needs root to make; the daemon gets the service ids inside it.
+            become = [f"--reuid={acc.service}", f"--regid={acc.gid}", f"--groups={acc.gid}"]
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", "setpriv", *become, *argv]
+            ids = {}
         self.proc = subprocess.Popen(
-            [python, "-m", "codelegate.daemon.cli", "serve", "--config", str(config)],
-            user=acc.service,
-            group=acc.gid,
-            extra_groups=[acc.gid],
+            argv,
+            **ids,
             umask=0o007,
             cwd=state,
             env={"PATH": os.environ["PATH"], "HOME": str(state), **path},
@@ -143,21 +152,38 @@ class _Daemon:
         raise AssertionError(f"the daemon did not start: exit {self.proc.wait()}")
 
     def stop(self) -> None:
-        self.proc.terminate()
+        pid = self.proc.pid
+        if self.own_pids:
+            # unshare --fork ignores SIGTERM while it waits: its child, the daemon, is told.
+            (pid,) = map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+        os.kill(pid, signal.SIGTERM)
         self.proc.communicate(timeout=60)  # drains and closes its log pipe
 
 
-def _config(base: Path, acc: Accounts, allowed_gids: list[int]) -> Path:
+def _config(
+    base: Path, acc: Accounts, allowed_gids: list[int], allowed_uids: list[int] | None = None
+) -> Path:
     config = base / "config.toml"
     config.write_text(
         f'[server]\nsocket = "{base / "run" / "codelegate.sock"}"\nsocket_mode = "0660"\n'
-        f"allowed_gids = {allowed_gids}\n"
+        f"allowed_gids = {allowed_gids}\nallowed_uids = {allowed_uids or []}\n"
         f'[claude]\npath = "{FAKE_CLAUDE}"\n'
         f'[policy]\nworkspaces = ["{base / "workspaces"}"]\n'
         f'[store]\npath = "{base / "state" / "codelegate.db"}"\n'
     )
     config.chmod(0o644)
     return config
+
+
+def _folders(acc: Accounts) -> Path:
+    """The service's folders (socket, state, workspaces), in a fresh base folder."""
+    base = Path(tempfile.mkdtemp(prefix="cl-access-"))
+    base.chmod(0o755)
+    for name, mode in (("run", 0o2750), ("state", 0o700), ("workspaces", 0o2770)):
+        os.mkdir(base / name)
+        os.chown(base / name, acc.service, acc.gid)
+        os.chmod(base / name, mode)  # setgid: what is made inside keeps the group
+    return base
 
 
 DELEGATE = (
@@ -171,13 +197,8 @@ def test_an_agents_user_delegates_through_the_socket_group_into_a_shared_workspa
     accounts: Accounts,
 ) -> None:
     acc = accounts
-    base = Path(tempfile.mkdtemp(prefix="cl-access-"))
+    base = _folders(acc)
     try:
-        base.chmod(0o755)
-        for name, mode in (("run", 0o2750), ("state", 0o700), ("workspaces", 0o2770)):
-            os.mkdir(base / name)
-            os.chown(base / name, acc.service, acc.gid)
-            os.chmod(base / name, mode)  # setgid: what is made inside keeps the group
         project = base / "workspaces" / "proj"
         sock = str(base / "run" / "codelegate.sock")
         env = {"CODELEGATE_SOCKET": sock}
@@ -226,5 +247,31 @@ def test_an_agents_user_delegates_through_the_socket_group_into_a_shared_workspa
             assert made.returncode == 0, made.stderr
             edited = _as(editor, [acc.gid], 0o007, f"open({path!r}, 'a').write('y')", {})
             assert (edited.returncode == 0) is editable, (creator, umask, edited.stderr)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_daemon_in_a_pid_namespace_of_its_own_serves_a_caller_of_another_uid_only(
+    accounts: Accounts,
+) -> None:
+    # README "Docker": the daemon in a container cannot inspect a host process (its pid is 0
+    # there), so it refuses its own uid from outside (one of its runs cannot be ruled out) and
+    # serves a host user of another uid that the config allows, through the shared group.
+    acc = accounts
+    base = _folders(acc)
+    try:
+        project = base / "workspaces" / "proj"
+        env = {"CODELEGATE_SOCKET": str(base / "run" / "codelegate.sock")}
+        made = _as(acc.agent, [acc.gid], 0o002, f"import os; os.mkdir({str(project)!r})", env)
+        assert made.returncode == 0, made.stderr
+        config = _config(base, acc, [], allowed_uids=[acc.agent, acc.service])
+        daemon = _Daemon(acc, config, base / "state", own_pids=True)
+        try:
+            done = json.loads(_as(acc.agent, [acc.gid], 0o002, DELEGATE % project, env).stdout)
+            assert done["status"] == "completed", done
+            same_uid = _as(acc.service, [acc.gid], 0o007, DELEGATE % project, env)
+            assert json.loads(same_uid.stdout)["error_code"] == "peer_unknown"
+        finally:
+            daemon.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
