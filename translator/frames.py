@@ -212,11 +212,16 @@ class PermissionDenial(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     input: Any = None
 
 
+# How a Bash command of the review evidence ended; "interrupted": the run ended before its
+# result came, so it may have run, in part or whole (a parent must not take it as not run).
+CommandOutcome = Literal["completed", "failed", "denied", "interrupted"]
+
+
 class Command(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A Bash command the run ran and how it ended (review evidence, ``translator.review``)."""
 
     command: str
-    outcome: Literal["completed", "failed", "denied"]
+    outcome: CommandOutcome
     error: str | None = None
 
 

@@ -8,15 +8,23 @@ cards showed, and a translator restored from stored frames rebuilds it the same 
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final
 
 from codelegate.policy.approvals import FILE_CHANGE_TOOLS
 from codelegate.translator.bounds import utf8_len
-from codelegate.translator.frames import Command, Frame, ToolCall, ToolResult
+from codelegate.translator.frames import (
+    Command,
+    CommandOutcome,
+    ErrorType,
+    Frame,
+    ToolCall,
+    ToolResult,
+)
 from codelegate.translator.redact import clean_chars, clean_text
 from codelegate.translator.summary import changed_path
 
-CommandOutcome = Literal["completed", "failed", "denied"]
+# The card closed because the run ended, not on the command's own result.
+_RUN_ENDED: Final[frozenset[ErrorType | None]] = frozenset({"cancelled", "interrupted", "timeout"})
 
 # Share of the final result's byte bound each kind of evidence may take: the final text, the
 # denials and the rest keep at least half of it.
@@ -149,6 +157,8 @@ def _command(text: str, frame: ToolResult) -> Command:
         outcome = "completed"
     elif frame.error_type == "permission_denied":
         outcome = "denied"
+    elif frame.error_type in _RUN_ENDED:
+        outcome = "interrupted"
     else:
         outcome = "failed"
     error = frame.error if outcome != "completed" else None
