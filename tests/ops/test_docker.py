@@ -114,3 +114,18 @@ def test_container_config_parses_and_matches_the_image() -> None:
     assert "COPY --from=claude /opt/claude/claude " + config.claude.path in text
     assert config.policy.workspaces == ("/srv/codelegate/workspaces",)
     assert config.store.path.startswith("/var/lib/codelegate/")
+
+
+def test_the_healthcheck_probe_runs_without_a_warning() -> None:
+    # The HEALTHCHECK's command, as the image runs it, against a socket that is not there: an
+    # unhealthy answer (exit 1), and no RuntimeWarning from runpy on every probe (the package
+    # used to import the tool module before it was run as __main__).
+    (healthcheck,) = [args for word, args in _instructions() if word == "HEALTHCHECK"]
+    assert "codelegate.daemon.clients.tool" in healthcheck
+    probe = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "codelegate.daemon.clients.tool", "health", "/nx"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (probe.returncode, probe.stderr) == (1, "")
