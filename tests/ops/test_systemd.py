@@ -166,3 +166,14 @@ def test_the_units_documentation_is_a_file_the_readme_installs() -> None:
     readme = (SYSTEMD.parent / "README.md").read_text()
     assert f"install -m 0644 README.md {target}" in readme
     assert f"ExecStart={target.rsplit('/', 1)[0]}/venv/bin/codelegate" in SERVICE.read_text()
+
+
+def test_a_refused_config_is_not_restarted_in_a_loop(tmp_path: Path) -> None:
+    # serve's exit for a config it refuses is the one status the unit does not restart on.
+    from codelegate.daemon.cli import main
+
+    config = tmp_path / "config.toml"
+    config.write_text("[server]\nsockett = 'typo'\n")
+    assert _directives(SERVICE)["RestartPreventExitStatus"] == [
+        str(main(["serve", "--config", str(config)]))
+    ]
