@@ -195,8 +195,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except PolicyError as exc:
         metrics.http_errors[exc.status] += 1
-        if request.path == "/v1/runs":
-            metrics.runs_refused[exc.code] += 1
+        if request.method == "POST" and request.path == "/v1/runs":
+            metrics.runs_refused[exc.code] += 1  # a run asked for, not a listing refused
         return error_response(exc)
     except web.HTTPException as exc:
         if exc.status < 400:

@@ -252,6 +252,18 @@ async def test_metrics_text(daemon: Daemon) -> None:
     assert "codelegate_subscribers_dropped_total 0" in text
 
 
+async def test_a_refused_listing_is_not_counted_as_a_refused_run(daemon: Daemon) -> None:
+    status, _ = await daemon.json("GET", "/v1/runs?limit=0")
+    assert status == 400
+    async with await daemon.post_run("x", mode="no-such-mode") as resp:
+        code = (await resp.json())["error"]["code"]  # a run refused: counted
+    async with daemon.http.get(f"{BASE}/metrics") as resp:
+        refused = [line for line in (await resp.text()).splitlines() if "runs_refused" in line]
+    assert [line.split("{")[1].split("}")[0] for line in refused if "{" in line] == [
+        f'code="{code}"'
+    ]
+
+
 async def test_metrics_count_every_frame_of_every_run_by_type_and_diagnostics_by_code(
     daemon: Daemon,
 ) -> None:
