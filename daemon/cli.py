@@ -25,7 +25,13 @@ from typing import BinaryIO
 from codelegate.daemon.clients.tool import state_dir
 from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 from codelegate.daemon.supervision.version import cli_version
-from codelegate.policy.config import Config, FanoutConfig, development_config, parse_config
+from codelegate.policy.config import (
+    Config,
+    FanoutConfig,
+    development_config,
+    parse_config,
+    refuse_state_in_workspace,
+)
 from codelegate.policy.errors import ConfigError
 
 CLAUDE_ENV = "CODELEGATE_CLAUDE"
@@ -62,7 +68,10 @@ def load_config(path: str | None, environ: Mapping[str, str] | None = None) -> C
             data = fh.read()
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read the file ({exc.strerror})") from None
-    return parse_config(data, source)
+    config = parse_config(data, source)
+    # What the development defaults refuse, an explicit config may not do either (serve, doctor).
+    refuse_state_in_workspace(config, source, cwd=os.getcwd(), realpath=os.path.realpath)
+    return config
 
 
 def write_dev_config(workspace: str, claude: str) -> str:

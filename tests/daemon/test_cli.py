@@ -85,6 +85,33 @@ def test_serve_refuses_a_bad_config(capsys: pytest.CaptureFixture[str], tmp_path
     assert "server.sockett" in capsys.readouterr().err
 
 
+def test_an_explicit_config_whose_store_lands_in_the_workspace_is_refused_by_serve_and_doctor(
+    capsys: pytest.CaptureFixture[str], workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # README: every key is optional. Started from the root, the default var/ paths land in it.
+    config = workspace.parent / "c.toml"
+    config.write_text(f"[policy]\nworkspaces = [{json.dumps(str(workspace))}]\n")
+    monkeypatch.chdir(workspace)
+    assert main(["serve", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"codelegate: {config}: server.socket: the workspace {workspace} holds")
+    assert len(err.splitlines()) == 1
+    assert not (workspace / "var").exists()  # refused before anything was made
+    assert doctor(str(config), {}) == 2
+    assert "holds the daemon's state" in capsys.readouterr().out
+    # A link from outside into the root is followed: the store would still be in the workspace.
+    (workspace.parent / "state").symlink_to(workspace / "sub")
+    store = workspace.parent / "state" / "c.db"
+    config.write_text(
+        f"[server]\nsocket = {json.dumps(str(workspace.parent / 'c.sock'))}\n"
+        f"[policy]\nworkspaces = [{json.dumps(str(workspace))}]\n"
+        f"[store]\npath = {json.dumps(str(store))}\n"
+    )
+    monkeypatch.chdir(workspace.parent)
+    assert doctor(str(config), {}) == 2
+    assert f"store.path: the workspace {workspace} holds" in capsys.readouterr().out
+
+
 def test_load_config_defaults_use_the_env_cli(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,9 +213,10 @@ def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
     token_file = tmp_path / "token"
     token_file.write_bytes(token)
     config = tmp_path / "c.toml"
+    (tmp_path / "ws").mkdir(exist_ok=True)  # the token outside it: a run could read it there
     config.write_text(
         f'[server]\ntcp = "127.0.0.1:8765"\ntoken_file = "{token_file}"\n'
-        f'[claude]\npath = "{claude}"\n[policy]\nworkspaces = ["{tmp_path}"]\n'
+        f'[claude]\npath = "{claude}"\n[policy]\nworkspaces = ["{tmp_path / "ws"}"]\n'
     )
     return config
 
