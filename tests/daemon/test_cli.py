@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -17,7 +18,7 @@ from codelegate.daemon.clients.tool import socket_path, state_dir
 from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 from codelegate.translator import RunContext, translate_transcript
 from tests.conftest import REFERENCE
-from tests.daemon.conftest import Daemon
+from tests.daemon.conftest import Daemon, running_daemon
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
 from tests.fixtures import log_lines
 
@@ -154,6 +155,27 @@ def test_dev_config_refuses_a_workspace_that_holds_the_daemons_state(
     assert main(["dev-config", "--workspace", str(tmp_path / "nope")]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert not os.path.exists(os.path.join(state_dir(), "config.toml"))
+
+
+async def test_a_refused_second_make_run_leaves_the_served_dev_config_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    first, other = tmp_path / "proj", tmp_path / "other"
+    first.mkdir()
+    other.mkdir()
+    assert main(["dev-config", "--workspace", str(first), "--claude", FAKE_CLAUDE]) == 0
+    written = Path(capsys.readouterr().out.strip())
+    before = await asyncio.to_thread(written.read_bytes)
+    async with running_daemon(load_config(None), tmp_path):
+        # `make run WORKSPACE=other` in a second terminal: dev-config, then serve.
+        assert main(["dev-config", "--workspace", str(other), "--claude", FAKE_CLAUDE]) == 1
+        err = capsys.readouterr().err
+        assert f"another daemon (pid {os.getpid()}) is using the store" in err
+        assert len(err.splitlines()) == 1
+        assert await asyncio.to_thread(written.read_bytes) == before
+        assert load_config(None).policy.workspaces == (str(first),)
+    assert main(["dev-config", "--workspace", str(other), "--claude", FAKE_CLAUDE]) == 0
+    assert load_config(None).policy.workspaces == (str(other),)
 
 
 def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:
