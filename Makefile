@@ -64,6 +64,8 @@ redis-server:
 # the socket and store in ~/.local/state/codelegate (outside any workspace) into a config there,
 # which `codelegate serve`, `doctor`, `run` and `watch` all find without flags. A `claude`
 # already on PATH is used; otherwise the pinned one is installed. CONFIG= serves that file.
+# While a daemon serves that state, dev-config writes nothing and exits 1 (so does this make run):
+# a refused second `make run` leaves the first one's config as it is.
 # The venv and the CLI download run side by side (-j2): together they are most of a first run.
 run:
 	@if [ -n "$(CONFIG)" ]; then $(MAKE) --no-print-directory setup-serve && \

@@ -25,7 +25,13 @@ from typing import BinaryIO
 from codelegate.daemon.clients.tool import state_dir
 from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 from codelegate.daemon.supervision.version import cli_version
-from codelegate.policy.config import Config, FanoutConfig, development_config, parse_config
+from codelegate.policy.config import (
+    Config,
+    FanoutConfig,
+    development_config,
+    parse_config,
+    refuse_state_in_workspace,
+)
 from codelegate.policy.errors import ConfigError
 
 CLAUDE_ENV = "CODELEGATE_CLAUDE"
@@ -62,19 +68,26 @@ def load_config(path: str | None, environ: Mapping[str, str] | None = None) -> C
             data = fh.read()
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read the file ({exc.strerror})") from None
-    return parse_config(data, source)
+    config = parse_config(data, source)
+    # What the development defaults refuse, an explicit config may not do either (serve, doctor).
+    refuse_state_in_workspace(config, source, cwd=os.getcwd(), realpath=os.path.realpath)
+    return config
 
 
 def write_dev_config(workspace: str, claude: str) -> str:
     """Write the development config for one workspace; return its path.
 
     The CLI path goes in the config, so that ``doctor`` checks the very CLI ``serve`` runs.
+    While a daemon serves the config there (it holds the store), nothing is written: ServerError.
     """
     root = os.path.abspath(os.path.expanduser(workspace))
     if not os.path.isdir(root):
         raise ConfigError("codelegate dev-config", "--workspace", f"{root} is not a directory")
     cli = shutil.which(claude) or claude
     config = development_config(root, os.path.abspath(cli) if os.sep in cli else cli, state_dir())
+    path = dev_config_path()
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    _refuse_while_served(config, path)
     q = json.dumps  # a JSON string is a valid TOML basic string
     text = (
         "# Written by `codelegate dev-config` (make run): development defaults for one\n"
@@ -84,13 +97,26 @@ def write_dev_config(workspace: str, claude: str) -> str:
         f"[policy]\nworkspaces = [{q(config.policy.workspaces[0])}]\n\n"
         f"[store]\npath = {q(config.store.path)}\n"
     )
-    path = dev_config_path()
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     staged = f"{path}.{os.getpid()}.tmp"
     with open(staged, "w", encoding="utf-8") as fh:
         fh.write(text)
     os.replace(staged, path)
     return path
+
+
+def _refuse_while_served(config: Config, path: str) -> None:
+    """ServerError when a daemon holds the store this config names: it serves the config there.
+
+    Rewritten under it, doctor and the next restart would name another workspace than the one
+    served, and the second `make run` that is then refused would have changed the first's. The
+    store lock is the very test serve makes (taken and let go at once).
+    """
+    from codelegate.daemon.serving.server import ServerError, lock_store
+
+    try:
+        os.close(lock_store(config.store.path))
+    except ServerError as exc:
+        raise ServerError(f"{path} is left as it is: {exc}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,13 +163,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "translate":
         return _translate(args.file, cwd=args.cwd, run_id=args.run_id)
     if args.command == "dev-config":
-        try:
-            print(write_dev_config(args.workspace, args.claude or default_claude(os.environ)))
-        except ConfigError as exc:
-            print(f"codelegate: {exc}", file=sys.stderr)
-            return 2
-        return 0
+        return _dev_config(args.workspace, args.claude or default_claude(os.environ))
     return doctor(args.config)
+
+
+def _dev_config(workspace: str, claude: str) -> int:
+    from codelegate.daemon.serving.server import ServerError
+
+    try:
+        print(write_dev_config(workspace, claude))
+    except ConfigError as exc:
+        print(f"codelegate: {exc}", file=sys.stderr)
+        return 2
+    except ServerError as exc:  # a daemon serves that config: exit 1, as a second serve does
+        print(f"codelegate: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _serve(config_path: str | None, level: str, drain: float | None) -> int:

@@ -20,6 +20,7 @@ from codelegate.policy.approvals import ApprovalsConfig, approvals_problem
 from codelegate.policy.environment import refused_pass_env
 from codelegate.policy.errors import ConfigError
 from codelegate.policy.modes import REQUEST_MODES, RequestMode, names_bypass
+from codelegate.policy.paths import is_inside
 from codelegate.policy.settings import refused_settings
 
 KiB: Final = 1024
@@ -391,17 +392,49 @@ def development_config(cwd: str, claude_path: str, state_dir: str | None = None)
         raise ValueError("development_config needs an absolute cwd")
     root = "/" + posixpath.normpath(cwd).lstrip("/")
     var = posixpath.join(root, "var") if state_dir is None else posixpath.normpath(state_dir)
-    if state_dir is not None and (var + "/").startswith(root.rstrip("/") + "/"):
-        raise ConfigError(
-            "development defaults",
-            "policy.workspaces",
-            f"the workspace {root} holds the daemon's state ({var}); "
-            "work in a folder below it, or move the state with XDG_STATE_HOME",
-        )
     config = Config(
         server=ServerConfig(socket=posixpath.join(var, "codelegate.sock")),
         claude=ClaudeConfig(path=claude_path),
         policy=PolicyConfig(workspaces=(root,)),
         store=StoreConfig(path=posixpath.join(var, "codelegate.db")),
     )
-    return _validate(config, "development defaults")
+    config = _validate(config, "development defaults")
+    if state_dir is not None:
+        refuse_state_in_workspace(
+            config,
+            "development defaults",
+            cwd=root,
+            hint="work in a folder below it, or move the state with XDG_STATE_HOME",
+        )
+    return config
+
+
+def refuse_state_in_workspace(
+    config: Config,
+    source: str,
+    *,
+    cwd: str,
+    realpath: Callable[[str], str] = posixpath.normpath,
+    hint: str = "move it outside every workspace root",
+) -> None:
+    """ConfigError when the socket, the store or the token file lies inside a workspace root.
+
+    A run may read anything in its workspace and an ``accept_edits`` run change it: the store
+    holds every run's frames, the token opens the TCP listener, and the socket could be replaced.
+    Relative paths are the daemon's, against ``cwd``; ``realpath`` follows symlinks when the
+    caller can (the daemon passes ``os.path.realpath``), so that a link does not hide one.
+    """
+    owned = [("server.socket", config.server.socket), ("store.path", config.store.path)]
+    if config.server.token_file:
+        owned.append(("server.token_file", config.server.token_file))
+    roots = [(root, realpath(root)) for root in config.policy.workspaces]
+    for key, value in owned:
+        path = realpath(posixpath.join(cwd, value))
+        for root, real in roots:
+            if is_inside(path, real):
+                raise ConfigError(
+                    source,
+                    key,
+                    f"the workspace {root} holds the daemon's state ({path}), which every run "
+                    f"there could read; {hint}",
+                )

@@ -17,6 +17,7 @@ from codelegate.policy.codes import (
     WORKSPACE_OUTSIDE_ROOTS,
 )
 from codelegate.policy.errors import PolicyError
+from codelegate.policy.paths import is_inside
 
 if TYPE_CHECKING:
     from codelegate.policy.config import Config
@@ -24,11 +25,6 @@ if TYPE_CHECKING:
 # Paths there name another process's view of the filesystem (/proc/self/cwd is the daemon's own
 # cwd, /proc/<pid>/root another root), or devices: never a workspace, whatever they resolve to.
 _KERNEL_TREES: Final = ("/proc", "/sys", "/dev")
-
-
-def is_inside(path: str, root: str) -> bool:
-    """True when ``path`` is ``root`` or below it, by whole components (both already resolved)."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _in_kernel_tree(path: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -17,7 +18,7 @@ from codelegate.daemon.clients.tool import socket_path, state_dir
 from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 from codelegate.translator import RunContext, translate_transcript
 from tests.conftest import REFERENCE
-from tests.daemon.conftest import Daemon
+from tests.daemon.conftest import Daemon, running_daemon
 from tests.fakes import FAKE_CLAUDE, PLANTED_SECRET
 from tests.fixtures import log_lines
 
@@ -85,6 +86,33 @@ def test_serve_refuses_a_bad_config(capsys: pytest.CaptureFixture[str], tmp_path
     assert "server.sockett" in capsys.readouterr().err
 
 
+def test_an_explicit_config_whose_store_lands_in_the_workspace_is_refused_by_serve_and_doctor(
+    capsys: pytest.CaptureFixture[str], workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # README: every key is optional. Started from the root, the default var/ paths land in it.
+    config = workspace.parent / "c.toml"
+    config.write_text(f"[policy]\nworkspaces = [{json.dumps(str(workspace))}]\n")
+    monkeypatch.chdir(workspace)
+    assert main(["serve", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"codelegate: {config}: server.socket: the workspace {workspace} holds")
+    assert len(err.splitlines()) == 1
+    assert not (workspace / "var").exists()  # refused before anything was made
+    assert doctor(str(config), {}) == 2
+    assert "holds the daemon's state" in capsys.readouterr().out
+    # A link from outside into the root is followed: the store would still be in the workspace.
+    (workspace.parent / "state").symlink_to(workspace / "sub")
+    store = workspace.parent / "state" / "c.db"
+    config.write_text(
+        f"[server]\nsocket = {json.dumps(str(workspace.parent / 'c.sock'))}\n"
+        f"[policy]\nworkspaces = [{json.dumps(str(workspace))}]\n"
+        f"[store]\npath = {json.dumps(str(store))}\n"
+    )
+    monkeypatch.chdir(workspace.parent)
+    assert doctor(str(config), {}) == 2
+    assert f"store.path: the workspace {workspace} holds" in capsys.readouterr().out
+
+
 def test_load_config_defaults_use_the_env_cli(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,6 +155,27 @@ def test_dev_config_refuses_a_workspace_that_holds_the_daemons_state(
     assert main(["dev-config", "--workspace", str(tmp_path / "nope")]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert not os.path.exists(os.path.join(state_dir(), "config.toml"))
+
+
+async def test_a_refused_second_make_run_leaves_the_served_dev_config_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    first, other = tmp_path / "proj", tmp_path / "other"
+    first.mkdir()
+    other.mkdir()
+    assert main(["dev-config", "--workspace", str(first), "--claude", FAKE_CLAUDE]) == 0
+    written = Path(capsys.readouterr().out.strip())
+    before = await asyncio.to_thread(written.read_bytes)
+    async with running_daemon(load_config(None), tmp_path):
+        # `make run WORKSPACE=other` in a second terminal: dev-config, then serve.
+        assert main(["dev-config", "--workspace", str(other), "--claude", FAKE_CLAUDE]) == 1
+        err = capsys.readouterr().err
+        assert f"another daemon (pid {os.getpid()}) is using the store" in err
+        assert len(err.splitlines()) == 1
+        assert await asyncio.to_thread(written.read_bytes) == before
+        assert load_config(None).policy.workspaces == (str(first),)
+    assert main(["dev-config", "--workspace", str(other), "--claude", FAKE_CLAUDE]) == 0
+    assert load_config(None).policy.workspaces == (str(other),)
 
 
 def test_logs_are_json_and_redacted(log_stream: io.StringIO) -> None:
@@ -186,9 +235,10 @@ def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
     token_file = tmp_path / "token"
     token_file.write_bytes(token)
     config = tmp_path / "c.toml"
+    (tmp_path / "ws").mkdir(exist_ok=True)  # the token outside it: a run could read it there
     config.write_text(
         f'[server]\ntcp = "127.0.0.1:8765"\ntoken_file = "{token_file}"\n'
-        f'[claude]\npath = "{claude}"\n[policy]\nworkspaces = ["{tmp_path}"]\n'
+        f'[claude]\npath = "{claude}"\n[policy]\nworkspaces = ["{tmp_path / "ws"}"]\n'
     )
     return config
 

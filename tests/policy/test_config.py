@@ -13,6 +13,7 @@ from codelegate.policy.config import (
     development_config,
     parse_config,
     parse_tcp,
+    refuse_state_in_workspace,
     socket_mode_bits,
 )
 from codelegate.policy.errors import ConfigError
@@ -392,6 +393,53 @@ def test_development_config_keeps_its_state_where_it_is_told_outside_the_root() 
             development_config(root, "claude", "/home/dev/.local/state/codelegate")
     # A sibling whose name starts like the root is not inside it.
     assert development_config("/home/dev/st", "claude", "/home/dev/state").policy.workspaces
+
+
+def parsed(text: str) -> Config:
+    return parse_config(text.encode(), SOURCE)
+
+
+def test_an_explicit_config_whose_default_state_lands_in_the_workspace_is_refused() -> None:
+    # Every key is optional: the relative default paths land in the daemon's cwd, here the root.
+    config = parsed('[policy]\nworkspaces = ["/srv/ws"]\n')
+    with pytest.raises(ConfigError, match="holds the daemon's state") as caught:
+        refuse_state_in_workspace(config, SOURCE, cwd="/srv/ws/sub")
+    assert caught.value.source == SOURCE
+    assert caught.value.key == "server.socket"
+    assert "/srv/ws/sub/var/codelegate.sock" in caught.value.expected
+    refuse_state_in_workspace(config, SOURCE, cwd="/srv/wsx")  # a sibling is outside
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ('[store]\npath = "/srv/ws/.state/e.db"\n', "store.path"),
+        ('[server]\ntcp = "127.0.0.1:8765"\ntoken_file = "/srv/ws/token"\n', "server.token_file"),
+    ],
+)
+def test_a_store_or_token_file_inside_a_workspace_root_is_refused_by_name(
+    section: str, key: str
+) -> None:
+    state = '[server]\nsocket = "/run/codelegate/c.sock"\n' if "[server]" not in section else ""
+    config = parsed(f'{state}{section}[policy]\nworkspaces = ["/srv/a", "/srv/ws"]\n')
+    with pytest.raises(ConfigError) as caught:
+        refuse_state_in_workspace(config, SOURCE, cwd="/")
+    assert caught.value.key == key
+    assert "the workspace /srv/ws holds" in caught.value.expected
+
+
+def test_state_outside_every_root_passes_and_a_symlink_into_one_does_not() -> None:
+    config = parsed(
+        '[server]\nsocket = "/run/codelegate/c.sock"\ntcp = "127.0.0.1:8765"\n'
+        'token_file = "/etc/codelegate/token"\n[store]\npath = "/var/lib/codelegate/c.db"\n'
+        '[policy]\nworkspaces = ["/srv/ws"]\n'
+    )
+    refuse_state_in_workspace(config, SOURCE, cwd="/")
+    links = {"/var/lib/codelegate/c.db": "/srv/ws/hidden/c.db"}
+    with pytest.raises(ConfigError) as caught:
+        refuse_state_in_workspace(config, SOURCE, cwd="/", realpath=lambda p: links.get(p, p))
+    assert caught.value.key == "store.path"
+    assert "/srv/ws/hidden/c.db" in caught.value.expected
 
 
 def test_development_config_needs_an_absolute_cwd() -> None:

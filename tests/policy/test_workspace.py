@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from codelegate.policy.config import Config
 from codelegate.policy.errors import PolicyError
-from codelegate.policy.workspace import is_inside, resolve_workspace
+from codelegate.policy.paths import is_inside
+from codelegate.policy.workspace import resolve_workspace
 from tests.policy.conftest import make_config
 
 
