@@ -42,6 +42,9 @@ from codelegate.policy.errors import PolicyError
 _log = structlog.get_logger("codelegate.listeners")
 
 LOG_EVERY_S: Final = THROTTLE_EVERY_S
+# Refused peers whose answer may wait, half-closed, for them to read it (Gate._linger): enough
+# for every client that is refused by mistake, few descriptors for a run looping on connect().
+LINGER_MAX: Final = 64
 
 
 def answer(refusal: PolicyError, more_headers: bytes = b"") -> bytes:
@@ -100,12 +103,13 @@ class JsonErrors(RequestHandler):
 
 class _Connection(asyncio.Protocol):
     """One accepted connection: let in by its :class:`Gate` (then aiohttp's protocol, counted
-    while it is open), or answered and closed at once."""
+    while it is open), or answered and closed (at once, or once the peer has read it)."""
 
     def __init__(self, gate: Gate) -> None:
         self._gate = gate
         self._inner: asyncio.Protocol | None = None
         self.transport: asyncio.WriteTransport | None = None
+        self.deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)
@@ -116,9 +120,10 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._inner is not None:
             self._inner.data_received(data)
+        # else: a refused peer's request, answered already; dropped
 
     def eof_received(self) -> bool | None:
-        return self._inner.eof_received() if self._inner is not None else None
+        return self._inner.eof_received() if self._inner is not None else None  # None: close
 
     def pause_writing(self) -> None:
         if self._inner is not None:
@@ -132,6 +137,8 @@ class _Connection(asyncio.Protocol):
         if self._inner is not None:
             self._gate.closed(self)
             self._inner.connection_lost(exc)
+        else:
+            self._gate.unlinger(self)
 
 
 class Gate:
@@ -144,6 +151,7 @@ class Gate:
         self._config = config
         # The connections counted now, oldest first (the TCP listener makes room from the front).
         self._room: dict[_Connection, None] = {}
+        self._lingering: set[_Connection] = set()
         self._refusals = Throttle(LOG_EVERY_S)
         self._peers_refused = Throttle(LOG_EVERY_S)
 
@@ -162,7 +170,7 @@ class Gate:
         refusal = self._peer_refusal(transport)
         if refusal is not None:
             self._refused_peer(refusal)
-            self._close_with(transport, answer(refusal))
+            self._linger(connection, transport, answer(refusal))
             return None
         if self.open >= self.cap and not self._make_room():
             self._refused()
@@ -175,6 +183,28 @@ class Gate:
             # Same layout (no slots of its own): only handle_error changes.
             handler.__class__ = JsonErrors
         return handler
+
+    def _linger(
+        self, connection: _Connection, transport: asyncio.WriteTransport, data: bytes
+    ) -> None:
+        """Answer a refused peer and close. Closed at once, the peer's request, sent after its
+        connect() but before this, would fail (EPIPE) and it would never read why it was
+        refused; so, up to LINGER_MAX at a time, the connection is half-closed instead: the
+        peer reads the answer and EOF, what it sends is dropped, and it is closed once the peer
+        closes, or after idle_timeout_s. Lingering ones are not counted against the cap."""
+        transport.write(data)
+        if len(self._lingering) >= LINGER_MAX or not transport.can_write_eof():
+            transport.close()  # a flood of refused peers: they get only the close
+            return
+        transport.write_eof()
+        self._lingering.add(connection)
+        loop = asyncio.get_running_loop()
+        connection.deadline = loop.call_later(self._config.idle_timeout_s, transport.abort)
+
+    def unlinger(self, connection: _Connection) -> None:
+        self._lingering.discard(connection)
+        if connection.deadline is not None:
+            connection.deadline.cancel()
 
     def closed(self, connection: _Connection) -> None:
         if connection in self._room:  # not one closed to make room already

@@ -18,11 +18,14 @@ from typing import Any
 import aiohttp
 import pytest
 
+from codelegate.daemon.serving.listeners import LINGER_MAX
 from tests.e2e.conftest import BASE, E2E
 from tests.stub.anthropic import text, tool
 
 CAP = 4
-FLOOD = 3 * CAP
+# More than the cap, and more than the refused peers whose answer may linger: past those, the
+# run's connections are closed at once.
+FLOOD = LINGER_MAX + 3 * CAP
 
 # Opens ``count`` connections to the socket and holds them, sending nothing (so nothing of
 # them is refused on main: only their count), says so on the stub, then waits to be cancelled.
