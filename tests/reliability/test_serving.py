@@ -173,14 +173,13 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_runs_and_token_ho
                     break
                 await asyncio.sleep(0.05)
         assert await metric(served, 'codelegate_connections{listener="tcp"}') == CAP
-        # Each new one took the room of the oldest without the token: that one was closed.
-        assert await read_to_eof(flood[0][0]) == b""
-
         # While the flood holds the listener: the kept connection and a new one with the token
         # are answered, the Unix socket too, and a new run completes.
         assert await healthz_over(kept, token) == 200
         flood.append(await asyncio.open_connection("127.0.0.1", unused_tcp_port))
         assert await healthz_over(flood[-1], token) == 200
+        # Each new one took the room of the oldest without the token: that one was closed.
+        assert await read_to_eof(flood[0][0]) == b""
         await still_serves(served)
         # The run that was going when the flood came finishes with all of its frames.
         assert (await wait_done(served, running))["status"] == "completed"
