@@ -136,22 +136,34 @@ CAP = 16
 FLOOD = 160  # more idle connections than the daemon has descriptors
 
 
-def tcp_server_lines(token_file: Path, port: int, more: str = "") -> str:
-    return f'tcp = "127.0.0.1:{port}"\ntoken_file = "{token_file}"\n' + more
+async def tcp_served(
+    dirs: tuple[Path, Path],
+    short_dir: Path,
+    tmp_path: Path,
+    port: int,
+    more: str,
+    nofile: tuple[int, int] | None = None,
+) -> tuple[Served, str]:
+    """A started daemon with a TCP listener on ``port`` (and ``more`` [server] lines); its
+    fresh token."""
+    workspace, home = dirs
+    token = secrets.token_hex(24)
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    server = f'tcp = "127.0.0.1:{port}"\ntoken_file = "{token_file}"\n' + more
+    config = write_config(short_dir, workspace, server=server)
+    served = Served(config, short_dir, home, nofile=nofile)
+    await served.start()
+    return served, token
 
 
 async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_runs_and_token_holders_working(
     dirs: tuple[Path, Path], short_dir: Path, tmp_path: Path, unused_tcp_port: int
 ) -> None:
-    workspace, home = dirs
-    token = secrets.token_hex(24)
-    token_file = tmp_path / "token"
-    token_file.write_text(token)
-    server = tcp_server_lines(token_file, unused_tcp_port, f"tcp_max_connections = {CAP}\n")
-    served = Served(
-        write_config(short_dir, workspace, server=server), short_dir, home, nofile=(NOFILE, NOFILE)
+    more = f"tcp_max_connections = {CAP}\n"
+    served, token = await tcp_served(
+        dirs, short_dir, tmp_path, unused_tcp_port, more, (NOFILE, NOFILE)
     )
-    await served.start()
     flood: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     kept = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
     try:
@@ -201,13 +213,8 @@ async def test_a_tcp_listener_full_of_token_holders_turns_the_next_one_away(
     dirs: tuple[Path, Path], short_dir: Path, tmp_path: Path, unused_tcp_port: int
 ) -> None:
     """Only connections without the token make room: the cap still bounds the callers."""
-    workspace, home = dirs
-    token = secrets.token_hex(24)
-    token_file = tmp_path / "token"
-    token_file.write_text(token)
-    server = tcp_server_lines(token_file, unused_tcp_port, "tcp_max_connections = 2\n")
-    served = Served(write_config(short_dir, workspace, server=server), short_dir, home)
-    await served.start()
+    more = "tcp_max_connections = 2\n"
+    served, token = await tcp_served(dirs, short_dir, tmp_path, unused_tcp_port, more)
     callers = [await asyncio.open_connection("127.0.0.1", unused_tcp_port) for _ in range(2)]
     try:
         for caller in callers:
@@ -250,16 +257,9 @@ async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
 async def test_idle_and_half_sent_connections_are_closed_after_the_idle_bound(
     dirs: tuple[Path, Path], short_dir: Path, tmp_path: Path, unused_tcp_port: int
 ) -> None:
-    workspace, home = dirs
-    token = secrets.token_hex(24)
-    token_file = tmp_path / "token"
-    token_file.write_text(token)
-    server = tcp_server_lines(token_file, unused_tcp_port, "idle_timeout_s = 0.5\n")
     # A soft descriptor limit below the hard one, as a login shell's often is.
-    served = Served(
-        write_config(short_dir, workspace, server=server), short_dir, home, nofile=(1100, 4096)
-    )
-    await served.start()
+    more = "idle_timeout_s = 0.5\n"
+    served, token = await tcp_served(dirs, short_dir, tmp_path, unused_tcp_port, more, (1100, 4096))
     writers: list[asyncio.StreamWriter] = []
     try:
         assert served.proc is not None
