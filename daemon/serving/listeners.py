@@ -201,6 +201,12 @@ class Gate:
         loop = asyncio.get_running_loop()
         connection.deadline = loop.call_later(self._config.idle_timeout_s, transport.abort)
 
+    def close_lingering(self) -> None:
+        """At shutdown: aiohttp closes the connections it serves, these are the gate's."""
+        for connection in list(self._lingering):
+            if connection.transport is not None:
+                connection.transport.abort()
+
     def unlinger(self, connection: _Connection) -> None:
         self._lingering.discard(connection)
         if connection.deadline is not None:
@@ -230,7 +236,12 @@ class Gate:
         if self.name != "tcp":
             return False
         oldest = next(
-            (c for c in self._room if c.transport and not access.authenticated(c.transport)), None
+            (
+                c
+                for c in self._room
+                if c.transport is not None and not access.authenticated(c.transport)
+            ),
+            None,
         )
         if oldest is None or oldest.transport is None:
             return False
@@ -293,3 +304,8 @@ class GatedSite(web.BaseSite):
         self.gate = Gate(server, self.listener, self._cap, self._metrics, self._config)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self.gate, sock=self._sock, backlog=self._backlog)
+
+    async def stop(self) -> None:
+        if self.gate is not None:
+            self.gate.close_lingering()
+        await super().stop()
