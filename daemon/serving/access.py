@@ -47,6 +47,14 @@ _GENERIC_SOCKOPTS: Final = platform.machine() in ("x86_64", "aarch64", "riscv64"
 # One verdict per Unix connection: the peer's credentials are those of its connect() and do not
 # change, and walking /proc on every request of a kept-alive connection would be wasted work.
 _verdicts: weakref.WeakKeyDictionary[Any, PolicyError | None] = weakref.WeakKeyDictionary()
+# The TCP connections (transports) on which a request has passed the check: when the listener
+# is full, only the others may be closed to make room (listeners.Gate).
+_authenticated: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def authenticated(transport: Any) -> bool:
+    """Whether a request on this TCP connection has presented the token (and been let in)."""
+    return transport in _authenticated
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -177,4 +185,5 @@ def check_access(
     origin = request.headers.get("Origin")
     if origin is not None and origin not in server.allowed_origins:
         return PolicyError(ORIGIN_NOT_ALLOWED, f"origin {origin[:200]!r} is not allowed")
+    _authenticated.add(transport)
     return None

@@ -292,7 +292,7 @@ async def start_server(
                 if listening.family == socket.AF_UNIX
                 else server.tcp_max_connections
             )
-            await GatedSite(runner, listening, cap=cap, metrics=app[METRICS]).start()
+            await GatedSite(runner, listening, cap=cap, metrics=app[METRICS], config=server).start()
     except BaseException:
         if runner is not None:
             await runner.cleanup()

@@ -136,46 +136,62 @@ CAP = 16
 FLOOD = 160  # more idle connections than the daemon has descriptors
 
 
-def tcp_server_lines(token_file: Path, port: int, more: str = "") -> str:
-    return f'tcp = "127.0.0.1:{port}"\ntoken_file = "{token_file}"\n' + more
+async def tcp_served(
+    dirs: tuple[Path, Path],
+    short_dir: Path,
+    tmp_path: Path,
+    port: int,
+    more: str,
+    nofile: tuple[int, int] | None = None,
+) -> tuple[Served, str]:
+    """A started daemon with a TCP listener on ``port`` (and ``more`` [server] lines); its
+    fresh token."""
+    workspace, home = dirs
+    token = secrets.token_hex(24)
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    server = f'tcp = "127.0.0.1:{port}"\ntoken_file = "{token_file}"\n' + more
+    config = write_config(short_dir, workspace, server=server)
+    served = Served(config, short_dir, home, nofile=nofile)
+    await served.start()
+    return served, token
 
 
-async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
+async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_runs_and_token_holders_working(
     dirs: tuple[Path, Path], short_dir: Path, tmp_path: Path, unused_tcp_port: int
 ) -> None:
-    workspace, home = dirs
-    token_file = tmp_path / "token"
-    token_file.write_text(secrets.token_hex(24))
-    server = tcp_server_lines(token_file, unused_tcp_port, f"tcp_max_connections = {CAP}\n")
-    served = Served(
-        write_config(short_dir, workspace, server=server), short_dir, home, nofile=(NOFILE, NOFILE)
+    more = f"tcp_max_connections = {CAP}\n"
+    served, token = await tcp_served(
+        dirs, short_dir, tmp_path, unused_tcp_port, more, (NOFILE, NOFILE)
     )
-    await served.start()
-    flood: list[asyncio.StreamWriter] = []
+    flood: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    kept = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
     try:
         status, body = await served.json(
             "POST", "/v1/runs", json={"task": "fake: tools n=400 rate=200", "cwd": "."}
         )
         assert status == 202, body
         running = body["run_id"]
+        # A caller keeps an authenticated connection open across the flood.
+        assert await healthz_over(kept, token) == 200
 
         # Unauthenticated clients that connect and never send a byte.
         for _ in range(FLOOD):
-            reader, writer = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
-            flood.append(writer)
+            flood.append(await asyncio.open_connection("127.0.0.1", unused_tcp_port))
         refused = 'codelegate_connections_refused_total{listener="tcp"}'
         async with asyncio.timeout(60):  # until the daemon has accepted them all
             while True:
-                if await metric(served, refused) >= FLOOD - CAP:
+                if await metric(served, refused) >= FLOOD - CAP + 1:
                     break
                 await asyncio.sleep(0.05)
         assert await metric(served, 'codelegate_connections{listener="tcp"}') == CAP
-        # The last one came past the cap: told so in the API's shape, and closed.
-        turned_away = await read_to_eof(reader)
-        assert turned_away.startswith(b"HTTP/1.1 503 "), turned_away[:200]
-        assert b'"too_many_connections"' in turned_away
-
-        # While the flood holds its share: the Unix socket answers and a new run completes.
+        # While the flood holds the listener: the kept connection and a new one with the token
+        # are answered, the Unix socket too, and a new run completes.
+        assert await healthz_over(kept, token) == 200
+        flood.append(await asyncio.open_connection("127.0.0.1", unused_tcp_port))
+        assert await healthz_over(flood[-1], token) == 200
+        # Each new one took the room of the oldest without the token: that one was closed.
+        assert await read_to_eof(flood[0][0]) == b""
         await still_serves(served)
         # The run that was going when the flood came finishes with all of its frames.
         assert (await wait_done(served, running))["status"] == "completed"
@@ -183,7 +199,7 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
         cards_closed(frames)
         assert len([f for f in frames if f["type"] == "tool_call"]) == 200
     finally:
-        for writer in flood:
+        for _, writer in [*flood, kept]:
             writer.close()
         assert await served.stop() == 0
     lines = [line for line in served.log.read_text().splitlines() if "connections_refused" in line]
@@ -191,6 +207,45 @@ async def test_a_tcp_flood_past_the_cap_leaves_the_unix_socket_and_runs_working(
     assert 1 <= len(lines) < (FLOOD - CAP) / 2, lines
     # The operator was told at start-up that the Unix socket's cap does not fit either.
     assert "connection_caps_above_nofile" in served.log.read_text()
+
+
+async def test_a_tcp_listener_full_of_token_holders_turns_the_next_one_away(
+    dirs: tuple[Path, Path], short_dir: Path, tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """Only connections without the token make room: the cap still bounds the callers."""
+    more = "tcp_max_connections = 2\n"
+    served, token = await tcp_served(dirs, short_dir, tmp_path, unused_tcp_port, more)
+    callers = [await asyncio.open_connection("127.0.0.1", unused_tcp_port) for _ in range(2)]
+    try:
+        for caller in callers:
+            assert await healthz_over(caller, token) == 200
+        reader, writer = await asyncio.open_connection("127.0.0.1", unused_tcp_port)
+        callers.append((reader, writer))  # closed below
+        turned_away = await read_to_eof(reader)
+        assert turned_away.startswith(b"HTTP/1.1 503 "), turned_away[:200]
+        assert b'"too_many_connections"' in turned_away
+        for caller in callers[:2]:  # neither was closed for it
+            assert await healthz_over(caller, token) == 200
+    finally:
+        for _, caller_writer in callers:
+            caller_writer.close()
+        assert await served.stop() == 0
+
+
+async def healthz_over(
+    connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], token: str
+) -> int:
+    """``GET /healthz`` with the token on a kept-alive TCP connection; the answer's status."""
+    reader, writer = connection
+    writer.write(
+        f"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+    )
+    async with asyncio.timeout(30):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?im)^content-length: *(\d+)", head)
+        assert length is not None, head
+        await reader.readexactly(int(length.group(1)))
+    return int(head.split(b" ", 2)[1])
 
 
 async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
@@ -202,16 +257,9 @@ async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
 async def test_idle_and_half_sent_connections_are_closed_after_the_idle_bound(
     dirs: tuple[Path, Path], short_dir: Path, tmp_path: Path, unused_tcp_port: int
 ) -> None:
-    workspace, home = dirs
-    token = secrets.token_hex(24)
-    token_file = tmp_path / "token"
-    token_file.write_text(token)
-    server = tcp_server_lines(token_file, unused_tcp_port, "idle_timeout_s = 0.5\n")
     # A soft descriptor limit below the hard one, as a login shell's often is.
-    served = Served(
-        write_config(short_dir, workspace, server=server), short_dir, home, nofile=(1100, 4096)
-    )
-    await served.start()
+    more = "idle_timeout_s = 0.5\n"
+    served, token = await tcp_served(dirs, short_dir, tmp_path, unused_tcp_port, more, (1100, 4096))
     writers: list[asyncio.StreamWriter] = []
     try:
         assert served.proc is not None

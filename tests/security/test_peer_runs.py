@@ -281,8 +281,10 @@ async def test_a_peer_whose_ancestry_is_deeper_than_the_bound_is_refused(
 async def test_the_verdict_is_taken_once_per_connection(
     sdaemon: Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Kept-alive requests do not walk /proc again (the in-process client is the daemon's pid,
-    so the check stops early; what is counted is that it runs once)."""
+    """Kept-alive requests do not walk /proc again: it is walked when the connection is
+    accepted (a refused peer is never counted against the cap) and at its first request (a
+    peer gone by then is refused), never after. The in-process client is the daemon's pid, so
+    the check stops early; what is counted is how often it runs."""
     calls: list[int] = []
     real = access.unix_refusal
 
@@ -294,7 +296,7 @@ async def test_the_verdict_is_taken_once_per_connection(
     for _ in range(3):
         status, _ = await sdaemon.json("GET", "/healthz")
         assert status == 200
-    assert calls == [1]
+    assert calls == [1, 1]
 
 
 # -- the TCP listener: a bearer token says nothing about who holds it --------------------------
