@@ -75,6 +75,36 @@ async def test_an_approved_write_runs_after_the_card_and_its_answer_is_listed(e2
     assert row["answered_at"] >= row["asked_at"]
 
 
+@pytest.mark.parametrize("mode", ["safe", "accept_edits"])
+@pytest.mark.parametrize("daemon_approvals", [ON])
+async def test_a_write_to_the_workspaces_git_config_is_asked_as_elevated_and_named(
+    e2e: E2E, mode: str
+) -> None:
+    # The CLI's "sensitive file" prompt (a .git/config runs commands on the next read-only
+    # `git status`): not a routine Work Room change that O Chat offers to allow for the session.
+    hook = f"core.fsmonitor = {secrets.token_hex(6)}"
+    a = await asking(e2e, [write(e2e, ".git/config", hook), text("Done.")], mode=mode)
+    need = a.request
+    assert need["providerApproval"] == {
+        "action": "Make workspace file changes",
+        "scope": "Outside this Work Room",
+        "reason": "Review the requested permission expansion",
+        "scopeClassification": "elevated",
+        "allowOnce": False,
+        "allowSession": False,
+        "files": [".git/config"],
+    }
+    assert need["description"] == ".git/config"
+    status, refused = await e2e.post(a.path(), {"approved": True, "scope": "session"})
+    assert (status, refused["error"]["code"]) == (403, "approval_scope_not_allowed")
+    status, answer = await e2e.post(a.path(), {"approved": False})
+    assert (status, answer["decision"]) == (200, "deny")
+    frames = await a.until(is_run_result)
+    await a.ws.close()
+    assert card_result(frames, need["tool_id"])["status"] == "failed"
+    assert not (e2e.workspace / ".git").exists()
+
+
 @pytest.mark.parametrize("daemon_approvals", [ON])
 async def test_a_denied_write_does_not_run_and_the_feedback_reaches_the_model(e2e: E2E) -> None:
     feedback = f"Not that file, use {secrets.token_hex(8)}.txt"
