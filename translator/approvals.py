@@ -163,7 +163,9 @@ class ApprovalRules:
         if not asked.cli_request_id and by in ("client", "timeout"):
             return None  # rebuilt after a restart: the CLI that asked is gone
         if asked.kind == "question" and decision == "allow":
-            check_question_answers(_asked_texts(asked), answers or {}, notes or {})
+            keys = self._question_keys(asked)
+            answers, notes = _keyed(answers, keys), _keyed(notes, keys)
+            check_question_answers(set(keys.values()), answers, notes)
         self.s.now = now
         line = None
         if by not in ("cancel", "interrupted"):
@@ -346,6 +348,13 @@ class ApprovalRules:
 
     # --- answers --------------------------------------------------------------------------------
 
+    def _question_keys(self, asked: Asked) -> dict[str, str]:
+        """Each question's text as its frame showed it (redacted, bounded) and as asked -> as
+        asked: a client answers by the text it was shown, the CLI keys answers by the raw one."""
+        raw = [q.question for q in read_questions(asked.prompt.input) or ()]
+        keys = {self.s.said(text, QUESTION_CHARS): text for text in raw}
+        return keys | {text: text for text in raw}
+
     def _answer_line(
         self,
         asked: Asked,
@@ -387,6 +396,6 @@ class ApprovalRules:
             self._invocation_frame("running", _WORKING)
 
 
-def _asked_texts(asked: Asked) -> set[str]:
-    """The texts of the questions asked, raw: the CLI keys answers by them."""
-    return {q.question for q in read_questions(asked.prompt.input) or ()}
+def _keyed(texts: Mapping[str, str] | None, keys: Mapping[str, str]) -> dict[str, str]:
+    """``texts`` keyed by the questions' raw texts (a key no question has is kept, refused)."""
+    return {keys.get(key, key): text for key, text in (texts or {}).items()}

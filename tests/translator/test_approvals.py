@@ -590,6 +590,34 @@ def test_an_answer_that_answers_no_question_asked_is_refused_and_the_question_st
     assert [f["type"] for f in resolved] == ["approval_resolved", "provider_invocation"]
 
 
+def test_a_question_answered_by_the_text_its_frame_showed_reaches_the_cli_as_asked() -> None:
+    # A frame shows a question redacted and bounded; a client can only key its answer by that.
+    secret = secrets.token_hex(16)
+    long = "Which one? " + "x" * 3000
+    masked = f"Use the key {secret}?"
+    raw = {"questions": [{**ASK["questions"][0], "question": q} for q in (long, masked)]}
+    translator = Translator(context(), Limits(), Redactor([secret]), ON)
+    translator.start(1000.0)
+    translator.receive_data(init_line(), 1000.0)
+    frame = asked(translator, "AskUserQuestion", "t1", input=raw)[-1]
+    shown = [q["question"] for q in frame["questions"]]
+    assert secret not in json.dumps(frame)
+    assert shown[0] != long
+    _, sent = answer(
+        translator.approvals.resolve(
+            frame["id"],
+            decision="allow",
+            by="client",
+            answers={shown[0]: "Red", shown[1]: "Blue"},
+            notes={shown[1]: "the blue one"},
+            now=1003.0,
+        )
+    )
+    updated = sent["response"]["response"]["updatedInput"]
+    assert updated["answers"] == {long: "Red", masked: "Blue"}
+    assert updated["annotations"] == {masked: {"notes": "the blue one"}}
+
+
 @pytest.mark.parametrize("bad", [{"questions": []}, {"questions": "x"}, {}])
 def test_a_question_that_cannot_be_read_is_denied_at_once(bad: dict[str, Any]) -> None:
     translator = started()
