@@ -12,6 +12,7 @@ from codelegate.policy.approvals import NOT_ASKABLE_MESSAGE
 from tests.e2e.approvals import ON, asking, card_result, of_type
 from tests.e2e.conftest import E2E, frames_until, is_run_result, next_frame
 from tests.stub.anthropic import Turn, text, tool
+from tests.translator.test_approvals import SENSITIVE_CARD
 
 pytestmark = pytest.mark.e2e
 
@@ -85,15 +86,7 @@ async def test_a_write_to_the_workspaces_git_config_is_asked_as_elevated_and_nam
     hook = f"core.fsmonitor = {secrets.token_hex(6)}"
     a = await asking(e2e, [write(e2e, ".git/config", hook), text("Done.")], mode=mode)
     need = a.request
-    assert need["providerApproval"] == {
-        "action": "Make workspace file changes",
-        "scope": "Outside this Work Room",
-        "reason": "Review the requested permission expansion",
-        "scopeClassification": "elevated",
-        "allowOnce": False,
-        "allowSession": False,
-        "files": [".git/config"],
-    }
+    assert need["providerApproval"] == SENSITIVE_CARD
     assert need["description"] == ".git/config"
     status, refused = await e2e.post(a.path(), {"approved": True, "scope": "session"})
     assert (status, refused["error"]["code"]) == (403, "approval_scope_not_allowed")

@@ -265,6 +265,24 @@ async def test_a_write_outside_the_workspace_asks_with_a_decision_reason(
     ]
 
 
+async def denied_prompt(cli: CliSandbox, turn: Turn, mode: str, name: str) -> dict[str, Any]:
+    """The can_use_tool body the CLI asks with for ``turn`` in ``mode`` (then denied)."""
+    stub = Stub([turn, text("Denied.")])
+    async with serve_stub(stub):
+        s = await cli.control(stub.url, mode=mode, permission_surface=True)
+        try:
+            await s.initialize()
+            await s.user("Do it.")
+            req = await s.wait_for(can_use_tool)
+            await s.answer(req["request_id"], {"behavior": "deny", "message": "No."})
+            await s.wait_for(is_result)
+        finally:
+            await s.kill()
+    print(f"\nCAN_USE_TOOL {name}", json.dumps(req))
+    body: dict[str, Any] = req["request"]
+    return body
+
+
 async def test_prompts_inside_the_workspace_differ_by_mode_and_may_carry_blocked_path(
     cli: CliSandbox,
 ) -> None:
@@ -278,23 +296,7 @@ async def test_prompts_inside_the_workspace_differ_by_mode_and_may_carry_blocked
         "touch in manual": ("manual", tool("Bash", command="touch made.txt", description="Make")),
     }
     for name, (mode, turn) in cases.items():
-        stub = Stub([turn, text("Denied.")])
-        async with serve_stub(stub):
-            s = await cli.control(
-                stub.url,
-                mode=mode,
-                permission_surface=True,
-            )
-            try:
-                await s.initialize()
-                await s.user("Do it.")
-                req = await s.wait_for(can_use_tool)
-                await s.answer(req["request_id"], {"behavior": "deny", "message": "No."})
-                await s.wait_for(is_result)
-            finally:
-                await s.kill()
-        asked[name] = req["request"]
-        print(f"\nCAN_USE_TOOL {name}", json.dumps(req))
+        asked[name] = await denied_prompt(cli, turn, mode, name)
     workspace_rule = {
         "type": "addDirectories",
         "directories": [str(cli.workspace)],
@@ -1093,19 +1095,8 @@ async def test_a_write_to_a_sensitive_file_inside_the_workspace_asks_with_a_safe
     # commands on the next read-only `git status`).
     asked: dict[str, dict[str, Any]] = {}
     for name in (".git/config", ".bashrc", ".claude/settings.json"):
-        stub = Stub([tool("Write", file_path=cli.path(name), content="x\n"), text("Denied.")])
-        async with serve_stub(stub):
-            s = await cli.control(stub.url, mode="acceptEdits", permission_surface=True)
-            try:
-                await s.initialize()
-                await s.user("Do it.")
-                req = await s.wait_for(can_use_tool)
-                await s.answer(req["request_id"], {"behavior": "deny", "message": "No."})
-                await s.wait_for(is_result)
-            finally:
-                await s.kill()
-        asked[name] = req["request"]
-        print(f"\nCAN_USE_TOOL sensitive {name}", json.dumps(req))
+        write = tool("Write", file_path=cli.path(name), content="x\n")
+        asked[name] = await denied_prompt(cli, write, "acceptEdits", f"sensitive {name}")
     for name in (".git/config", ".bashrc"):
         body = {k: v for k, v in asked[name].items() if k != "tool_use_id"}
         assert body == sensitive_write(cli.path(name), name)

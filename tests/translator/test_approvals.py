@@ -343,6 +343,18 @@ def test_outside_the_work_room_it_is_asked_with_the_allow_buttons_off() -> None:
     assert unknown["providerApproval"]["scope"] == "Boundary could not be verified"
 
 
+# O Chat's card for a Write of the workspace's .git/config (the CLI's "sensitive file" prompt).
+SENSITIVE_CARD: dict[str, Any] = {
+    "action": "Make workspace file changes",
+    "scope": "Outside this Work Room",
+    "reason": "Review the requested permission expansion",
+    "scopeClassification": "elevated",
+    "allowOnce": False,
+    "allowSession": False,
+    "files": [".git/config"],  # where it is: "config" alone says nothing
+}
+
+
 def sensitive(translator: Translator, name: str) -> dict[str, Any]:
     """The approval_needed frame of the CLI's own "sensitive file" prompt for a Write of
     ``name`` in the workspace (the request as captured from the real CLI)."""
@@ -356,15 +368,7 @@ def test_a_sensitive_file_in_the_work_room_is_elevated_and_named_by_its_path() -
     needed = sensitive(started(), ".git/config")
     # Not "This Work Room only" with Allow once / for the session, as a routine change is: one
     # approval of .git/config lets the next read-only `git status` run any command.
-    assert needed["providerApproval"] == {
-        "action": "Make workspace file changes",
-        "scope": "Outside this Work Room",
-        "reason": "Review the requested permission expansion",
-        "scopeClassification": "elevated",
-        "allowOnce": False,
-        "allowSession": False,
-        "files": [".git/config"],  # where it is: "config" alone says nothing
-    }
+    assert needed["providerApproval"] == SENSITIVE_CARD
     assert needed["description"] == ".git/config"
 
 
