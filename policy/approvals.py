@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
@@ -36,6 +37,11 @@ AnswerScope = Literal["once", "session"]
 RejectMode = Literal["reject_soft", "reject_hard", "reject_explain"]
 
 QUESTION_TOOL: Final = "AskUserQuestion"
+# The CLI's ``decision_reason_type`` of a prompt about a path outside its working directories,
+# and of one about a "sensitive file" inside them (.git/config, .bashrc, .claude/settings.json:
+# measured on 2.1.332, asked in acceptEdits too). Neither is a routine Work Room change: a
+# workspace's .git/config runs commands (core.fsmonitor) on the next read-only ``git status``.
+ELEVATED_REASONS: Final = frozenset({"workingDir", "safetyCheck"})
 # Claude Code's tools that change files: a session rule covers them all at once (above), and a
 # card of one is a file change (translator.summary).
 FILE_CHANGE_TOOLS: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
@@ -125,6 +131,11 @@ class Prompt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         """AskUserQuestion: a question for a person, not a permission."""
         return self.tool_name == QUESTION_TOOL
 
+    @property
+    def sensitive(self) -> bool:
+        """The CLI asks because of the file itself (a "sensitive file"), not of its place."""
+        return self.decision_reason_type == "safetyCheck"
+
 
 class SessionRule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The one session rule an approval for the session may add (an allow rule, destination
@@ -149,8 +160,8 @@ def classify(prompt: Prompt, cwd: str) -> Scope:
     """Where the prompt reaches: ``workroom`` (every path it names inside ``cwd``),
     ``elevated`` (a path outside it) or ``unknown`` (no path to judge by: a Bash command is not
     confined by anything the CLI tells us, so without a path it is not called confined)."""
-    if prompt.decision_reason_type == "workingDir":
-        return "elevated"  # the CLI's own word: outside the working directories
+    if prompt.decision_reason_type in ELEVATED_REASONS:
+        return "elevated"  # the CLI's own word: outside the working directories, or sensitive
     paths: list[object] = [prompt.blocked_path] if prompt.blocked_path is not None else []
     paths += [prompt.input[key] for key in _PATH_KEYS if key in prompt.input]
     if not paths:
@@ -229,6 +240,32 @@ def check_answer(verdict: Verdict, *, approved: bool, scope: str) -> AnswerScope
             "only for [approvals] allow_session tools, inside the Work Room",
         )
     return "session"
+
+
+def check_question_answers(
+    asked: Collection[str], answers: Mapping[str, str], notes: Mapping[str, str]
+) -> None:
+    """Refuses an answer to a question request that answers no question that was asked.
+
+    ``asked``: the questions' texts as asked (the CLI keys answers by them). An answer keyed by
+    any other text, or an empty one, would reach the model as "the user did not answer" and
+    use the question up, while the client is told it succeeded: it is refused (400) instead,
+    and the question stays open for a correct answer. The texts are not echoed: a person typed
+    them.
+    """
+    for key in (*answers, *notes):
+        if key not in asked:
+            raise PolicyError(
+                BAD_REQUEST,
+                "an answer or note names a question that was not asked: key each by the "
+                "question's text as asked, or use 'answer' for the first question",
+            )
+    if not answers or not all(text.strip() for text in answers.values()):
+        raise PolicyError(
+            BAD_REQUEST,
+            "no answer given: answer at least one question that was asked (no empty answer), "
+            "or decline",
+        )
 
 
 def deny_message(mode: str | None, feedback: str | None) -> str:

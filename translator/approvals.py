@@ -32,6 +32,7 @@ from codelegate.policy.approvals import (
     Prompt,
     Verdict,
     check_answer,
+    check_question_answers,
     judge,
     timeout_message,
 )
@@ -149,8 +150,9 @@ class ApprovalRules:
         request the CLI withdrew: nothing is written then). None when the request is not
         pending (unknown, or resolved already: the first answer wins).
 
-        Raises ``PolicyError`` (403) for a session scope policy does not allow (the request
-        stays pending), ValueError for an allow by anyone but a client.
+        Raises ``PolicyError`` for a session scope policy does not allow (403) or an allow of a
+        question that answers none of its questions (400): the request stays pending. Raises
+        ValueError for an allow by anyone but a client.
         """
         asked = self._pending.get(request_id)
         if asked is None or self.s.closed:
@@ -160,6 +162,10 @@ class ApprovalRules:
         granted = check_answer(asked.verdict, approved=decision == "allow", scope=scope)
         if not asked.cli_request_id and by in ("client", "timeout"):
             return None  # rebuilt after a restart: the CLI that asked is gone
+        if asked.kind == "question" and decision == "allow":
+            keys = self._question_keys(asked)
+            answers, notes = _keyed(answers, keys), _keyed(notes, keys)
+            check_question_answers(set(keys.values()), answers, notes)
         self.s.now = now
         line = None
         if by not in ("cancel", "interrupted"):
@@ -291,9 +297,13 @@ class ApprovalRules:
         files = None
         if name in FILE_CHANGE_TOOLS:
             changed = changed_path(name, asked.prompt.input, self.s.ctx.cwd)
-            files = _file_names(
-                self.s.said(changed) if changed else None, self.s.redactor.clean_chars
-            )
+            said = self.s.said(changed) if changed else None
+            # A sensitive file is known by where it is (.git/config, not "config"): the person
+            # is shown its path, as the description and arguments carry it (redacted, bounded).
+            if asked.prompt.sensitive and said:
+                files = [said]
+            else:
+                files = _file_names(said, self.s.redactor.clean_chars)
         self.s.frame(
             ApprovalNeeded,
             request_id=asked.request_id,
@@ -304,7 +314,9 @@ class ApprovalRules:
             activityId=asked.tool_id if self.s.invocation is not None else None,
             expires_at=asked.expires_at,
             agent_id=agent,
-            providerApproval=provider_approval(name, asked.verdict, files),
+            providerApproval=provider_approval(
+                name, asked.verdict, files, sensitive=asked.prompt.sensitive
+            ),
         )
 
     def _ask_user(self, asked: Asked, questions: list[Question], agent: str | None) -> None:
@@ -336,6 +348,13 @@ class ApprovalRules:
 
     # --- answers --------------------------------------------------------------------------------
 
+    def _question_keys(self, asked: Asked) -> dict[str, str]:
+        """Each question's text as its frame showed it (redacted, bounded) and as asked -> as
+        asked: a client answers by the text it was shown, the CLI keys answers by the raw one."""
+        raw = [q.question for q in read_questions(asked.prompt.input) or ()]
+        keys = {self.s.said(text, QUESTION_CHARS): text for text in raw}
+        return keys | {text: text for text in raw}
+
     def _answer_line(
         self,
         asked: Asked,
@@ -351,12 +370,9 @@ class ApprovalRules:
             self.cards.mark_denied(self._uses[asked.request_id], message, prompt.tool_name)
             return deny(cli_id, message)
         if asked.kind == "question":
-            asked_texts = {q.question for q in read_questions(prompt.input) or ()}
+            # Every key is a question asked (resolve checked): the CLI takes them as they are.
             return answer_questions(
-                cli_id,
-                dict(prompt.input),
-                _only(answers, asked_texts),
-                _only(notes, asked_texts) or None,
+                cli_id, dict(prompt.input), dict(answers or {}), dict(notes) if notes else None
             )
         rule = asked.verdict.session_rule if scope == "session" else None
         return allow(cli_id, prompt.input, rule)
@@ -380,6 +396,6 @@ class ApprovalRules:
             self._invocation_frame("running", _WORKING)
 
 
-def _only(texts: Mapping[str, str] | None, keys: set[str]) -> dict[str, str]:
-    """The entries for questions that were asked (the CLI keys answers by question text)."""
-    return {k: v for k, v in (texts or {}).items() if k in keys and isinstance(v, str)}
+def _keyed(texts: Mapping[str, str] | None, keys: Mapping[str, str]) -> dict[str, str]:
+    """``texts`` keyed by the questions' raw texts (a key no question has is kept, refused)."""
+    return {keys.get(key, key): text for key, text in (texts or {}).items()}

@@ -98,20 +98,31 @@ def shown_questions(
     ]
 
 
-def provider_approval(tool: str, verdict: Verdict, files: list[str] | None) -> ProviderApproval:
-    """O Chat's card for a prompt about ``tool`` (the Claude tool name)."""
+def provider_approval(
+    tool: str, verdict: Verdict, files: list[str] | None, *, sensitive: bool = False
+) -> ProviderApproval:
+    """O Chat's card for a prompt about ``tool`` (the Claude tool name); ``sensitive``: the CLI
+    asks because of the file itself (``Prompt.sensitive``), which O Chat's card must not call a
+    routine change."""
     file_tool = tool in FILE_CHANGE_TOOLS
     return ProviderApproval(
         action=_action(tool),
         scope=_SCOPE_TEXTS[verdict.classification],
-        reason="Apply the requested workspace file changes"
-        if file_tool
-        else "Claude Code requested approval to continue",
+        reason=_reason(file_tool, sensitive),
         scopeClassification=verdict.classification,
         allowOnce=verdict.allow_once,
         allowSession=verdict.allow_session,
         files=files if file_tool else None,
     )
+
+
+def _reason(file_tool: bool, sensitive: bool) -> str:
+    if sensitive:
+        # Writing .claude/settings.json or .git/config widens what runs unasked.
+        return "Review the requested permission expansion"
+    if file_tool:
+        return "Apply the requested workspace file changes"
+    return "Claude Code requested approval to continue"
 
 
 def _action(tool: str) -> str:

@@ -28,6 +28,8 @@ from codelegate.daemon.clients.tool_wait import Watch, closer_of
 from codelegate.daemon.clients.unix_http import post_json
 
 NO_ONE_HERE: Final = "No one can approve this here"
+# A person who chose nothing: the daemon refuses an answer that answers no question.
+NO_ANSWER: Final = "The user gave no answer to the questions"
 # The keys of an approval_needed event ConnectOnion passes on to the browser (IO.request_approval).
 _PRESENTATION: Final = ("provider", "invocationId", "parentToolCallId", "activityId")
 
@@ -106,6 +108,9 @@ class Approver:
                 text = ", ".join(str(t) for t in text)
             if isinstance(text, str) and text:
                 answers[item["question"]] = text
+        if not answers:
+            self._post(url, {"decline": True, "message": NO_ANSWER})
+            return
         self._post(url, {"answers": answers})
 
     def _ask(self, event: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any] | None:

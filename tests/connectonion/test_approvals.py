@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from codelegate.daemon.clients.tool_approve import NO_ONE_HERE
+from codelegate.daemon.clients.tool_approve import NO_ANSWER, NO_ONE_HERE
 from codelegate.daemon.clients.tool_follow import DAEMON_ONLY
 from tests.connectonion.conftest import Loop, call, say, tool_messages
 from tests.connectonion.test_agent_loop import result_of
@@ -153,6 +153,23 @@ async def test_a_question_goes_to_the_io_as_ask_user_and_its_answer_to_claude(lo
         assert await ended(turn) == "completed"
     history = loop.e2e.stub.requests_of()[1].history_text()
     assert f'Your questions have been answered: "{QUESTION}"="Blue"' in history
+
+
+@pytest.mark.parametrize("daemon_approvals", [ON])
+async def test_a_question_the_person_answers_with_nothing_is_declined_at_once(loop: Loop) -> None:
+    # An answer that answers no question is refused by the daemon: the tool declines instead,
+    # so the run goes on now rather than at the request's timeout.
+    loop.e2e.stub.main.turns = [tool("AskUserQuestion", **ASK), text("I chose Red.")]
+    loop.model.replies = [
+        call("claude_code", prompt="Ask which colour.", cwd=""),
+        lambda request: say(envelope_of(request)["status"]),
+    ]
+    async with asking(loop) as turn:
+        event = await loop.until(lambda e: e.get("type") == "ask_user")
+        answer = {"type": "ASK_USER_RESPONSE", "request_id": event["id"], "answer": ""}
+        assert loop.io.answer_request(answer) is None
+        assert await ended(turn) == "completed"
+    assert NO_ANSWER in loop.e2e.stub.requests_of()[1].history_text()
 
 
 @pytest.mark.parametrize("daemon_approvals", [ON])

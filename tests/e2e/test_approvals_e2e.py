@@ -12,6 +12,7 @@ from codelegate.policy.approvals import NOT_ASKABLE_MESSAGE
 from tests.e2e.approvals import ON, asking, card_result, of_type
 from tests.e2e.conftest import E2E, frames_until, is_run_result, next_frame
 from tests.stub.anthropic import Turn, text, tool
+from tests.translator.test_approvals import SENSITIVE_CARD
 
 pytestmark = pytest.mark.e2e
 
@@ -73,6 +74,28 @@ async def test_an_approved_write_runs_after_the_card_and_its_answer_is_listed(e2
         "client",
     )
     assert row["answered_at"] >= row["asked_at"]
+
+
+@pytest.mark.parametrize("mode", ["safe", "accept_edits"])
+@pytest.mark.parametrize("daemon_approvals", [ON])
+async def test_a_write_to_the_workspaces_git_config_is_asked_as_elevated_and_named(
+    e2e: E2E, mode: str
+) -> None:
+    # The CLI's "sensitive file" prompt (a .git/config runs commands on the next read-only
+    # `git status`): not a routine Work Room change that O Chat offers to allow for the session.
+    hook = f"core.fsmonitor = {secrets.token_hex(6)}"
+    a = await asking(e2e, [write(e2e, ".git/config", hook), text("Done.")], mode=mode)
+    need = a.request
+    assert need["providerApproval"] == SENSITIVE_CARD
+    assert need["description"] == ".git/config"
+    status, refused = await e2e.post(a.path(), {"approved": True, "scope": "session"})
+    assert (status, refused["error"]["code"]) == (403, "approval_scope_not_allowed")
+    status, answer = await e2e.post(a.path(), {"approved": False})
+    assert (status, answer["decision"]) == (200, "deny")
+    frames = await a.until(is_run_result)
+    await a.ws.close()
+    assert card_result(frames, need["tool_id"])["status"] == "failed"
+    assert not (e2e.workspace / ".git").exists()
 
 
 @pytest.mark.parametrize("daemon_approvals", [ON])

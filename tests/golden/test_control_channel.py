@@ -265,6 +265,24 @@ async def test_a_write_outside_the_workspace_asks_with_a_decision_reason(
     ]
 
 
+async def denied_prompt(cli: CliSandbox, turn: Turn, mode: str, name: str) -> dict[str, Any]:
+    """The can_use_tool body the CLI asks with for ``turn`` in ``mode`` (then denied)."""
+    stub = Stub([turn, text("Denied.")])
+    async with serve_stub(stub):
+        s = await cli.control(stub.url, mode=mode, permission_surface=True)
+        try:
+            await s.initialize()
+            await s.user("Do it.")
+            req = await s.wait_for(can_use_tool)
+            await s.answer(req["request_id"], {"behavior": "deny", "message": "No."})
+            await s.wait_for(is_result)
+        finally:
+            await s.kill()
+    print(f"\nCAN_USE_TOOL {name}", json.dumps(req))
+    body: dict[str, Any] = req["request"]
+    return body
+
+
 async def test_prompts_inside_the_workspace_differ_by_mode_and_may_carry_blocked_path(
     cli: CliSandbox,
 ) -> None:
@@ -278,23 +296,7 @@ async def test_prompts_inside_the_workspace_differ_by_mode_and_may_carry_blocked
         "touch in manual": ("manual", tool("Bash", command="touch made.txt", description="Make")),
     }
     for name, (mode, turn) in cases.items():
-        stub = Stub([turn, text("Denied.")])
-        async with serve_stub(stub):
-            s = await cli.control(
-                stub.url,
-                mode=mode,
-                permission_surface=True,
-            )
-            try:
-                await s.initialize()
-                await s.user("Do it.")
-                req = await s.wait_for(can_use_tool)
-                await s.answer(req["request_id"], {"behavior": "deny", "message": "No."})
-                await s.wait_for(is_result)
-            finally:
-                await s.kill()
-        asked[name] = req["request"]
-        print(f"\nCAN_USE_TOOL {name}", json.dumps(req))
+        asked[name] = await denied_prompt(cli, turn, mode, name)
     workspace_rule = {
         "type": "addDirectories",
         "directories": [str(cli.workspace)],
@@ -1064,3 +1066,42 @@ async def test_forward_subagent_text_adds_the_subagents_text_as_assistant_lines(
     assert {"agent_id", "subagent_type", "task_description"} <= set(line)
     assert line["subagent_type"] == "general-purpose"
     assert line["task_description"] == "Look around"
+
+
+def sensitive_write(path: str, shown: str) -> dict[str, Any]:
+    """The can_use_tool body of a Write of ``path`` (``shown``: as the description gives it) to
+    a file the CLI calls sensitive, as 2.1.332 sends it (captured; asserted on the real CLI
+    below) without its ``tool_use_id``."""
+    return {
+        "subtype": "can_use_tool",
+        "tool_name": "Write",
+        "display_name": "Write",
+        "input": {"file_path": path, "content": "x\n"},
+        "description": shown,
+        "permission_suggestions": [],
+        "decision_reason": (
+            f"Claude requested permissions to edit {path} which is a sensitive file."
+        ),
+        "decision_reason_type": "safetyCheck",
+        "classifier_approvable": True,
+    }
+
+
+async def test_a_write_to_a_sensitive_file_inside_the_workspace_asks_with_a_safety_check(
+    cli: CliSandbox,
+) -> None:
+    # Inside the workspace, in acceptEdits too, with no suggestion to keep: the CLI's "sensitive
+    # file" prompts. Policy must not call them routine Work Room changes (a .git/config runs
+    # commands on the next read-only `git status`).
+    asked: dict[str, dict[str, Any]] = {}
+    for name in (".git/config", ".bashrc", ".claude/settings.json"):
+        write = tool("Write", file_path=cli.path(name), content="x\n")
+        asked[name] = await denied_prompt(cli, write, "acceptEdits", f"sensitive {name}")
+    for name in (".git/config", ".bashrc"):
+        body = {k: v for k, v in asked[name].items() if k != "tool_use_id"}
+        assert body == sensitive_write(cli.path(name), name)
+    # The CLI's own settings file says so in other words, of the same type.
+    settings = asked[".claude/settings.json"]
+    assert settings["decision_reason_type"] == "safetyCheck"
+    assert settings["description"] == ".claude/settings.json"
+    assert not (cli.workspace / ".git" / "config").exists()

@@ -17,6 +17,7 @@ from codelegate.policy.approvals import (
     SessionRule,
     Verdict,
     check_answer,
+    check_question_answers,
     classify,
     deny_message,
     judge,
@@ -119,6 +120,16 @@ def test_bypass_in_the_approvals_section_is_refused_as_such() -> None:
             {"input": {"file_path": f"{CWD}/n.txt"}, "decision_reason_type": "workingDir"},
             "elevated",
         ),
+        # Inside, but a "sensitive file" to the CLI (.git/config runs commands on a `git
+        # status`): not a routine Work Room change (tests/golden: the CLI's own prompt).
+        (
+            {"input": {"file_path": f"{CWD}/.git/config"}, "decision_reason_type": "safetyCheck"},
+            "elevated",
+        ),
+        (
+            {"input": {"command": "git status"}, "decision_reason_type": "safetyCheck"},
+            "elevated",
+        ),
         # A command without a path is not confined by anything we know of.
         ({"input": {"command": "python3 -c 'print(1)'"}}, "unknown"),
         ({"input": {"file_path": 7}}, "unknown"),
@@ -202,6 +213,19 @@ def test_outside_the_work_room_it_is_asked_with_the_allow_buttons_off() -> None:
     )
 
 
+def test_a_sensitive_file_inside_the_work_room_is_asked_with_the_allow_buttons_off() -> None:
+    sensitive = prompt(
+        input={"file_path": f"{CWD}/.git/config"}, decision_reason_type="safetyCheck"
+    )
+    assert sensitive.sensitive
+    assert not prompt(input={}, decision_reason_type="workingDir").sensitive
+    # No session rule either: an Edit rule over the workspace would not cover it anyway (the CLI
+    # asks again), and offering one would say it does.
+    assert judge(ON, sensitive, cwd=CWD, pending=0) == Verdict(
+        ask=True, classification="elevated", allow_once=False, allow_session=False
+    )
+
+
 @pytest.mark.parametrize(
     ("cfg", "tool", "pending", "message"),
     [
@@ -269,6 +293,47 @@ def test_an_unknown_scope_is_a_bad_request() -> None:
     with pytest.raises(PolicyError) as caught:
         check_answer(SESSION_OK, approved=True, scope="forever")
     assert (caught.value.status, caught.value.code) == (400, "bad_request")
+
+
+ASKED = ("Colour?", "Size?")
+
+
+@pytest.mark.parametrize(
+    ("answers", "notes"),
+    [
+        ({"Colour?": "Red"}, {}),
+        ({"Colour?": "Red", "Size?": "L"}, {"Size?": "roomy"}),
+        # Some questions left unanswered: the CLI takes what is there.
+        ({"Size?": "L"}, {"Colour?": "no idea"}),
+    ],
+)
+def test_an_answer_to_a_question_that_was_asked_is_taken(
+    answers: dict[str, str], notes: dict[str, str]
+) -> None:
+    check_question_answers(ASKED, answers, notes)
+
+
+@pytest.mark.parametrize(
+    ("answers", "notes", "says"),
+    [
+        ({}, {}, "no answer given"),
+        ({}, {"Colour?": "a note is no answer"}, "no answer given"),
+        ({"Colour?": ""}, {}, "no answer given"),
+        ({"Colour?": "Red", "Size?": "  "}, {}, "no answer given"),
+        ({"Other question?": "x"}, {}, "not asked"),
+        ({"Colour?": "Red", "colour?": "Blue"}, {}, "not asked"),
+        ({"Colour?": "Red"}, {"Other question?": "x"}, "not asked"),
+    ],
+)
+def test_an_answer_that_answers_no_question_asked_is_a_bad_request(
+    answers: dict[str, str], notes: dict[str, str], says: str
+) -> None:
+    with pytest.raises(PolicyError) as caught:
+        check_question_answers(ASKED, answers, notes)
+    assert (caught.value.status, caught.value.code) == (400, "bad_request")
+    assert says in caught.value.message
+    # What a person typed is not echoed back (it may hold anything).
+    assert "Other question?" not in caught.value.message
 
 
 def test_a_deny_tells_the_model_the_feedback_or_the_text_of_its_mode() -> None:

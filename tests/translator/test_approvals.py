@@ -17,7 +17,8 @@ from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.policy.errors import PolicyError
 from codelegate.translator import Limits, Outcome, Redactor, Translator
 from codelegate.translator.frames import Frame, decode_frame, encode_frame
-from tests.golden.test_control_channel import ASK, QUESTION
+from codelegate.translator.state import SAID_CHARS
+from tests.golden.test_control_channel import ASK, QUESTION, sensitive_write
 from tests.translator.helpers import (
     CWD,
     EXITED,
@@ -342,6 +343,63 @@ def test_outside_the_work_room_it_is_asked_with_the_allow_buttons_off() -> None:
     assert unknown["providerApproval"]["scope"] == "Boundary could not be verified"
 
 
+# O Chat's card for a Write of the workspace's .git/config (the CLI's "sensitive file" prompt).
+SENSITIVE_CARD: dict[str, Any] = {
+    "action": "Make workspace file changes",
+    "scope": "Outside this Work Room",
+    "reason": "Review the requested permission expansion",
+    "scopeClassification": "elevated",
+    "allowOnce": False,
+    "allowSession": False,
+    "files": [".git/config"],  # where it is: "config" alone says nothing
+}
+
+
+def sensitive(translator: Translator, name: str) -> dict[str, Any]:
+    """The approval_needed frame of the CLI's own "sensitive file" prompt for a Write of
+    ``name`` in the workspace (the request as captured from the real CLI)."""
+    fields = sensitive_write(f"{CWD}/{name}", name)
+    for key in ("subtype", "tool_name", "display_name"):
+        del fields[key]
+    return asked(translator, "Write", "t1", **fields)[-1]
+
+
+def test_a_sensitive_file_in_the_work_room_is_elevated_and_named_by_its_path() -> None:
+    needed = sensitive(started(), ".git/config")
+    # Not "This Work Room only" with Allow once / for the session, as a routine change is: one
+    # approval of .git/config lets the next read-only `git status` run any command.
+    assert needed["providerApproval"] == SENSITIVE_CARD
+    assert needed["description"] == ".git/config"
+
+
+def test_a_sensitive_files_path_is_redacted_and_bounded_like_the_other_paths() -> None:
+    secret = secrets.token_hex(16)
+    name = f"{secret}/" + "d" * 3000 + "/.bashrc"
+    translator = Translator(context(), Limits(), Redactor([secret]), ON)
+    translator.start(1000.0)
+    translator.receive_data(init_line(), 1000.0)
+    needed = sensitive(translator, name)
+    (shown,) = needed["providerApproval"]["files"]
+    assert secret not in json.dumps(needed)
+    assert shown.startswith("[redacted]/ddd")
+    assert len(shown) <= SAID_CHARS
+    assert needed["providerApproval"]["scopeClassification"] == "elevated"
+
+
+def test_a_sensitive_file_without_a_path_to_show_shows_none() -> None:
+    translator = started()
+    fields = sensitive_write("", "")
+    needed = asked(
+        translator,
+        "Write",
+        "t1",
+        input={"content": "x"},
+        **{k: fields[k] for k in ("decision_reason", "decision_reason_type")},
+    )[-1]
+    assert needed["providerApproval"]["scopeClassification"] == "elevated"
+    assert "files" not in needed["providerApproval"]
+
+
 @pytest.mark.parametrize(
     ("tool", "action"),
     [("Read", "Inspect the workspace"), ("WebFetch", "Perform a provider action")],
@@ -487,7 +545,7 @@ def test_answers_travel_back_in_updated_input_with_notes_in_annotations() -> Non
             rid,
             decision="allow",
             by="client",
-            answers={QUESTION: "Red, Blue", "Not asked?": "x"},
+            answers={QUESTION: "Red, Blue"},
             notes={QUESTION: "both, please"},
             now=1003.0,
         )
@@ -503,11 +561,65 @@ def test_answers_travel_back_in_updated_input_with_notes_in_annotations() -> Non
     assert (resolved[0]["decision"], resolved[0]["scope"]) == ("allow", "once")
 
 
-def test_a_question_allowed_without_answers_sends_empty_answers() -> None:
+@pytest.mark.parametrize(
+    ("answers", "notes"),
+    [
+        (None, None),
+        ({}, None),
+        ({QUESTION: ""}, None),
+        ({"Not asked?": "x"}, None),
+        ({QUESTION: "Red", "Not asked?": "x"}, None),
+        ({QUESTION: "Red"}, {"Not asked?": "x"}),
+    ],
+)
+def test_an_answer_that_answers_no_question_asked_is_refused_and_the_question_stays_open(
+    answers: dict[str, str] | None, notes: dict[str, str] | None
+) -> None:
+    # Sent on, it would tell the model "The user did not answer" and use the question up
+    # (tests/golden: the CLI takes empty answers as that).
     translator = started()
     rid = asked(translator, "AskUserQuestion", "t1", input=ASK)[-1]["id"]
-    _, sent = answer(translator.approvals.resolve(rid, decision="allow", by="client", now=1.0))
-    assert sent["response"]["response"]["updatedInput"] == {**ASK, "answers": {}}
+    with pytest.raises(PolicyError) as caught:
+        translator.approvals.resolve(
+            rid, decision="allow", by="client", answers=answers, notes=notes, now=1003.0
+        )
+    assert (caught.value.status, caught.value.code) == (400, "bad_request")
+    assert rid in translator.approvals.pending
+    resolved, sent = answer(
+        translator.approvals.resolve(
+            rid, decision="allow", by="client", answers={QUESTION: "Blue"}, now=1004.0
+        )
+    )
+    assert sent["response"]["response"]["updatedInput"] == {**ASK, "answers": {QUESTION: "Blue"}}
+    assert [f["type"] for f in resolved] == ["approval_resolved", "provider_invocation"]
+
+
+def test_a_question_answered_by_the_text_its_frame_showed_reaches_the_cli_as_asked() -> None:
+    # A frame shows a question redacted and bounded; a client can only key its answer by that.
+    secret = secrets.token_hex(16)
+    long = "Which one? " + "x" * 3000
+    masked = f"Use the key {secret}?"
+    raw = {"questions": [{**ASK["questions"][0], "question": q} for q in (long, masked)]}
+    translator = Translator(context(), Limits(), Redactor([secret]), ON)
+    translator.start(1000.0)
+    translator.receive_data(init_line(), 1000.0)
+    frame = asked(translator, "AskUserQuestion", "t1", input=raw)[-1]
+    shown = [q["question"] for q in frame["questions"]]
+    assert secret not in json.dumps(frame)
+    assert shown[0] != long
+    _, sent = answer(
+        translator.approvals.resolve(
+            frame["id"],
+            decision="allow",
+            by="client",
+            answers={shown[0]: "Red", shown[1]: "Blue"},
+            notes={shown[1]: "the blue one"},
+            now=1003.0,
+        )
+    )
+    updated = sent["response"]["response"]["updatedInput"]
+    assert updated["answers"] == {long: "Red", masked: "Blue"}
+    assert updated["annotations"] == {masked: {"notes": "the blue one"}}
 
 
 @pytest.mark.parametrize("bad", [{"questions": []}, {"questions": "x"}, {}])
