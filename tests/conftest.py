@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
+
+# No test may depend on the machine's speed: Hypothesis's default deadline (200 ms an example)
+# and its too-slow health check fail a property on a loaded machine, with nothing wrong in the
+# code.
+settings.register_profile("codelegate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("codelegate")
 
 ROOT = Path(__file__).resolve().parent.parent
 # The reference transcripts of the design (shared/reference/claude-code-2.1.332), kept in the
