@@ -238,6 +238,12 @@ class Channel:
         """The CLI echoed a user message it took in (``isReplay``)."""
         self.replays += 1
 
+    @property
+    def unread(self) -> int:
+        """User messages written mid-run that the CLI has not taken in yet (the prompt's echo,
+        the first, is not one of them): what it holds queued."""
+        return self.written - max(self.replays - 1, 0)
+
     def tasks(self, ids: tuple[str, ...] | None) -> None:
         if ids is not None:
             self.background = ids

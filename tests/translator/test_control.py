@@ -143,6 +143,19 @@ def test_the_channel_is_idle_from_a_result_until_the_next_turn_of_the_main_agent
     assert not channel.idle
 
 
+def test_unread_counts_the_messages_written_mid_run_until_the_cli_echoes_each() -> None:
+    channel = Channel()
+    channel.input_written()  # before the prompt's echo: the prompt's echo takes in nothing
+    assert channel.unread == 1
+    channel.replayed()  # the prompt's
+    assert channel.unread == 1
+    channel.input_written()
+    assert channel.unread == 2
+    channel.replayed()
+    channel.replayed()
+    assert channel.unread == 0
+
+
 def test_a_background_bash_leaves_the_channel_idle_between_its_two_turns() -> None:
     seen = [
         (kind, c.idle) for kind, c in _channel_after("bash_background", ("result", "assistant"))
