@@ -63,6 +63,6 @@ def send_input(run: Run | None, text: str, *, max_unread: int) -> dict[str, Any]
             f"{unread} messages wait for the CLI to take them in; at most {max_unread} may wait",
         )
     # Counted before it is written: the pump reads the CLI's echo only after this returns.
-    run.translator.channel.input_written()
+    run.translator.channel.input_written(text)
     child.send(user_message(text))
     return {"run_id": run.run_id, "accepted": True}
