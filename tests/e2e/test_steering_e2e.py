@@ -83,6 +83,28 @@ async def test_a_message_written_while_the_model_answers_keeps_stdin_open_for_it
     assert not run.child.stdin_open
 
 
+async def test_two_messages_written_while_the_model_answers_are_one_turn_and_the_run_ends(
+    e2e: E2E,
+) -> None:
+    first = asyncio.Event()
+    words = [f"Then say {secrets.token_hex(6)}." for _ in range(2)]
+    e2e.stub.main.turns = [Turn(text("First answer.").blocks, hold=first), text("Both noted.")]
+    run = await e2e.started("Answer.")
+    await e2e.stub.wait_for_requests(1)
+    for message in words:
+        status, _ = await e2e.post(f"/v1/runs/{run.run_id}/input", {"text": message})
+        assert status == 202
+    first.set()
+    # The CLI takes both in as one message with one echo: the run must not wait for a second.
+    async with asyncio.timeout(60):
+        await run.done.wait()
+    assert run.result is not None
+    assert (run.result.status, run.result.result) == ("completed", "Both noted.")
+    requests = e2e.stub.requests_of()
+    assert len(requests) == 2
+    assert "\n".join(words) in requests[1].history_text()
+
+
 async def test_input_past_the_pending_cap_is_refused_and_every_message_below_it_reaches_the_model(
     e2e: E2E,
 ) -> None:
