@@ -241,7 +241,8 @@ class RunManager:
 
     def send_input(self, run_id: str, text: str) -> dict[str, Any]:
         """Steering: ``text`` as a user message to the run's CLI; 409 once it is ending."""
-        return send_input(self._active.get(run_id), text)
+        limit = self.config.limits.pending_inputs
+        return send_input(self._active.get(run_id), text, max_unread=limit)
 
     # -- cancelling ------------------------------------------------------------------------
 

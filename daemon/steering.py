@@ -16,7 +16,13 @@ from typing import Any
 import msgspec
 
 from codelegate.daemon.record import Run
-from codelegate.policy.codes import BAD_REQUEST, EMPTY_TASK, RUN_FINISHED, TASK_TOO_LARGE
+from codelegate.policy.codes import (
+    BAD_REQUEST,
+    EMPTY_TASK,
+    RUN_FINISHED,
+    TASK_TOO_LARGE,
+    TOO_MANY_INPUTS,
+)
 from codelegate.policy.errors import PolicyError
 from codelegate.translator.control import user_message
 
@@ -41,14 +47,22 @@ def decode_input(body: bytes, *, max_bytes: int) -> str:
     return text
 
 
-def send_input(run: Run | None, text: str) -> dict[str, Any]:
-    """Write ``text`` to the run's CLI as a user message; 409 once the run is ending."""
+def send_input(run: Run | None, text: str, *, max_unread: int) -> dict[str, Any]:
+    """Write ``text`` to the run's CLI as a user message; 409 once the run is ending, 429 while
+    ``max_unread`` messages wait for the CLI to take them in (``[limits] pending_inputs``)."""
     if run is None or run.done.is_set():
         raise PolicyError(RUN_FINISHED, "the run already ended")
     child = run.child
     if run.stopping is not None or child is None or not child.stdin_open:
         raise PolicyError(RUN_FINISHED, "the run is ending; it takes no more input")
+    # The CLI keeps what it has not taken in queued in memory, unbounded: the daemon bounds it.
+    unread = run.translator.channel.unread
+    if unread >= max_unread:
+        raise PolicyError(
+            TOO_MANY_INPUTS,
+            f"{unread} messages wait for the CLI to take them in; at most {max_unread} may wait",
+        )
     # Counted before it is written: the pump reads the CLI's echo only after this returns.
-    run.translator.channel.input_written()
+    run.translator.channel.input_written(text)
     child.send(user_message(text))
     return {"run_id": run.run_id, "accepted": True}

@@ -100,6 +100,10 @@ class LimitsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     replay_frames: Annotated[int, msgspec.Meta(ge=100, le=10_000_000)] = 50_000
     subscriber_queue: Annotated[int, msgspec.Meta(ge=16, le=1_000_000)] = 1024
     stderr_lines: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+    # Steering messages of one run written but not yet taken in by the CLI: it queues them in
+    # memory (about twice their size) and each becomes model input, so a caller may not pile
+    # them up; one message is at most task_bytes.
+    pending_inputs: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 16
     # What the run store keeps of one run; later frames are delivered live, not stored.
     max_stored_frames: Annotated[int, msgspec.Meta(ge=1000, le=100_000_000)] = 200_000
     max_stored_bytes: Annotated[int, msgspec.Meta(ge=1 * MiB, le=64 * 1024 * MiB)] = 128 * MiB

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -192,6 +193,23 @@ def task_ids(raw: msgspec.Raw) -> tuple[str, ...] | None:
     return None if tasks is None else tuple(task.task_id for task in tasks)
 
 
+def _taken(unread: deque[str], content: object, *, first: bool) -> int:
+    """How many of the oldest ``unread`` messages an echo took in: as many as its text spells,
+    joined by newlines (in the first echo, after the prompt's text: a message written before
+    the CLI took the prompt in may join it). A later echo that spells none still takes one in,
+    so that a wording the CLI changes cannot keep a run open; the first is the prompt then."""
+    taken = 0
+    if isinstance(content, str):
+        joined = ""
+        for count, text in enumerate(unread, 1):
+            joined = f"{joined}\n{text}" if count > 1 else text
+            if len(joined) > len(content):
+                break
+            if content.endswith(f"\n{joined}") if first else content == joined:
+                taken = count
+    return taken or (0 if first else min(1, len(unread)))
+
+
 class Channel:
     """When the run is over, from what the CLI printed.
 
@@ -201,42 +219,52 @@ class Channel:
     Background tasks are known from ``background_tasks_changed``, which lists every open one
     (a foreground task is not listed); a cancel stops each with ``stop_task``. A user message
     written mid-run (steering) is taken in at the next tool boundary, or after the turn as a
-    turn of its own: with
-    ``--replay-user-messages`` the CLI echoes every user message when it takes it in — the
-    prompt's first (measured on 2.1.332), so ``written`` inputs are all read once ``written + 1``
-    echoes came.
+    turn of its own. With ``--replay-user-messages`` the CLI echoes what it takes in (measured
+    on 2.1.332): the prompt first; at a tool boundary each message on its own; after a turn
+    every message it queued meanwhile as one message, their texts joined by newlines. So the
+    messages written are kept, in order, until an echo spells them (:func:`_taken`).
 
     ``idle`` is true between a ``result`` and the next turn (its ``init`` line, or the main
     agent's first words): then no turn runs that an interrupt could end, and a cancel need not
     wait for a ``result`` that will not come (only background tasks are left, stopped first).
     """
 
-    __slots__ = ("background", "idle", "over", "replays", "written")
+    __slots__ = ("_unread", "background", "idle", "over", "prompted")
 
     def __init__(self) -> None:
         self.background: tuple[str, ...] = ()  # the open background tasks' ids
         self.over = False
         self.idle = False  # the prompt's turn runs from the start
-        self.written = 0  # user messages written after the prompt
-        self.replays = 0  # echoes of user messages, the prompt's included
+        self.prompted = False  # the prompt's echo came
+        # Messages written mid-run that no echo has spelled yet, oldest first. At most
+        # [limits] pending_inputs of them (the daemon refuses more), each at most task_bytes.
+        self._unread: deque[str] = deque()
 
     def result(self) -> None:
         self.idle = True
-        self.over = not self.background and (self.written == 0 or self.replays > self.written)
+        self.over = not self.background and not self._unread
 
     def turn(self) -> None:
         """A turn runs: its ``init`` line came, or the main agent said something."""
         self.idle = False
 
-    def input_written(self) -> None:
+    def input_written(self, text: str) -> None:
         """A user message was written mid-run: the run is not over before its turn's result."""
-        self.written += 1
+        self._unread.append(text)
         self.over = False
         self.idle = False  # the CLI takes it in as a turn of its own, if none runs
 
-    def replayed(self) -> None:
-        """The CLI echoed a user message it took in (``isReplay``)."""
-        self.replays += 1
+    def replayed(self, content: object) -> None:
+        """The CLI echoed what it took in (``isReplay``), ``content`` its message's content."""
+        first = not self.prompted
+        self.prompted = True
+        for _ in range(_taken(self._unread, content, first=first)):
+            self._unread.popleft()
+
+    @property
+    def unread(self) -> int:
+        """Messages written mid-run that the CLI has not taken in yet: what it holds queued."""
+        return len(self._unread)
 
     def tasks(self, ids: tuple[str, ...] | None) -> None:
         if ids is not None:

@@ -343,7 +343,7 @@ class Translator:
 
     def _user(self, msg: wire.User) -> None:
         if msg.isReplay:
-            self.channel.replayed()  # a user message we wrote, taken in: nothing to show
+            self.channel.replayed(msg.message.content)  # what we wrote, taken in: no frame
             return
         parent = msg.parent_tool_use_id
         if parent is not None and parent not in self.state.seen and self._hold(parent, msg):

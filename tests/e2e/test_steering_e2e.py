@@ -8,7 +8,9 @@ import secrets
 
 import pytest
 
+from codelegate.daemon.serving.state import CONFIG
 from tests.e2e.conftest import E2E, frames_until, is_run_result
+from tests.polling import until
 from tests.stub.anthropic import Turn, text, tool
 
 pytestmark = pytest.mark.e2e
@@ -79,6 +81,66 @@ async def test_a_message_written_while_the_model_answers_keeps_stdin_open_for_it
     assert run.result is not None
     assert (run.result.status, run.result.result) == ("completed", "Second answer.")
     assert not run.child.stdin_open
+
+
+async def test_two_messages_written_while_the_model_answers_are_one_turn_and_the_run_ends(
+    e2e: E2E,
+) -> None:
+    first = asyncio.Event()
+    words = [f"Then say {secrets.token_hex(6)}." for _ in range(2)]
+    e2e.stub.main.turns = [Turn(text("First answer.").blocks, hold=first), text("Both noted.")]
+    run = await e2e.started("Answer.")
+    await e2e.stub.wait_for_requests(1)
+    for message in words:
+        status, _ = await e2e.post(f"/v1/runs/{run.run_id}/input", {"text": message})
+        assert status == 202
+    first.set()
+    # The CLI takes both in as one message with one echo: the run must not wait for a second.
+    async with asyncio.timeout(60):
+        await run.done.wait()
+    assert run.result is not None
+    assert (run.result.status, run.result.result) == ("completed", "Both noted.")
+    requests = e2e.stub.requests_of()
+    assert len(requests) == 2
+    assert "\n".join(words) in requests[1].history_text()
+
+
+async def test_input_past_the_pending_cap_is_refused_and_every_message_below_it_reaches_the_model(
+    e2e: E2E,
+) -> None:
+    assert e2e.handle is not None
+    cap = e2e.handle.app[CONFIG].limits.pending_inputs
+    first, second = asyncio.Event(), asyncio.Event()
+    e2e.stub.main.turns = [
+        Turn(text("First answer.").blocks, hold=first),
+        Turn(text("Taken in.").blocks, hold=second),
+    ]
+    run = await e2e.started("Answer.")
+    run_id = run.run_id
+    await e2e.stub.wait_for_requests(1)  # the model answers, held: the CLI takes nothing in
+    accepted = [f"Mention {secrets.token_hex(8)}." for _ in range(cap)]
+    for words in accepted:
+        status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": words})
+        assert (status, answer) == (202, {"run_id": run_id, "accepted": True})
+    refused = f"Mention {secrets.token_hex(8)}."
+    status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": refused})
+    assert status == 429, answer
+    assert answer["error"]["code"] == "too_many_inputs"
+    first.set()
+    await e2e.stub.wait_for_requests(2)  # the queued messages' turn
+    # What the CLI has taken in no longer counts: the cap bounds what waits, not a run's total.
+    await until(lambda: run.translator.channel.unread < cap, what="the CLI took input in")
+    later = f"Mention {secrets.token_hex(8)}."
+    status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": later})
+    assert status == 202, answer
+    second.set()
+    async with asyncio.timeout(120):
+        await run.done.wait()
+    assert run.result is not None
+    assert run.result.status == "completed"
+    history = e2e.stub.requests_of()[-1].history_text()
+    assert [words in history for words in [*accepted, later]] == [True] * (cap + 1)
+    assert all(refused not in r.history_text() for r in e2e.stub.requests_of())
 
 
 @pytest.mark.parametrize(

@@ -165,6 +165,11 @@ REFUSED = [
         "<=",
     ),
     ('[policy]\nworkspaces = ["/a"]\n[limits]\nline_bytes = 10', "limits.line_bytes", ">="),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[limits]\npending_inputs = 0',
+        "limits.pending_inputs",
+        ">= 1",
+    ),
     ('[policy]\nworkspaces = ["/a"]\n[limits]\nsize = 10', "limits.size", "arg_bytes"),
     ('[policy]\nworkspaces = ["/a"]\n[store]\nretention_days = 0', "store.retention_days", ">= 1"),
     ('[policy]\nworkspaces = ["/a"]\n[store]\nmax_runs = 0', "store.max_runs", ">= 1"),

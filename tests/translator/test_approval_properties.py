@@ -163,14 +163,14 @@ def test_the_only_permission_update_is_one_session_rule(update: Any) -> None:
 
 def test_a_message_written_mid_run_keeps_the_run_open_until_the_cli_echoed_it() -> None:
     channel = Channel()
-    channel.replayed()  # the prompt's echo comes first
-    channel.input_written()
+    channel.replayed("Do it.")  # the prompt's echo comes first
+    channel.input_written("steer")
     channel.result()  # the turn that was running when it was written
     assert not channel.over
-    channel.replayed()
+    channel.replayed("steer")
     channel.result()  # the message's own turn
     assert channel.over
-    channel.input_written()  # written after the result, before stdin closed
+    channel.input_written("more")  # written after the result, before stdin closed
     assert not channel.over
 
 
@@ -182,8 +182,10 @@ def test_the_translator_counts_echoes_and_shows_none() -> None:
         parent_tool_use_id=None,
         isReplay=True,
     )
+    translator.channel.input_written("steer")
     assert translator.receive_data(echo + echo, 1.0) == []
-    assert translator.channel.replays == 2
+    assert translator.channel.prompted
+    assert translator.channel.unread == 0
 
 
 # --- the property --------------------------------------------------------------------------------

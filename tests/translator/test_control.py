@@ -139,8 +139,49 @@ def test_the_channel_is_idle_from_a_result_until_the_next_turn_of_the_main_agent
     translator.receive_data(assistant({"type": "text", "text": "hello"}), 1.0)
     assert not channel.idle
     channel.result()
-    channel.input_written()  # the CLI takes a steering message in as a turn
+    channel.input_written("steer")  # the CLI takes a steering message in as a turn
     assert not channel.idle
+
+
+def test_unread_counts_the_messages_written_mid_run_until_an_echo_spells_them() -> None:
+    channel = Channel()
+    channel.input_written("early")  # before the prompt's echo, which takes in nothing else
+    channel.replayed("Prompt ending in\nearly?")
+    assert channel.unread == 1
+    channel.replayed("early")  # at a tool boundary: each message on its own
+    assert channel.unread == 0
+    for text in ("one", "two\nlines", "three"):
+        channel.input_written(text)
+    # After a turn, every message the CLI queued meanwhile comes back as one, joined.
+    channel.replayed("one\ntwo\nlines")
+    assert channel.unread == 1
+    channel.result()
+    assert not channel.over
+    channel.replayed("three")
+    channel.result()
+    assert channel.over
+
+
+def test_the_first_echo_may_carry_messages_written_before_the_cli_took_the_prompt_in() -> None:
+    channel = Channel()
+    channel.input_written("a")
+    channel.input_written("a")
+    channel.replayed("Do it.\na\na")
+    assert channel.unread == 0
+
+
+def test_an_echo_that_spells_no_unread_message_still_takes_one_in_after_the_prompts() -> None:
+    channel = Channel()
+    channel.input_written("steer")
+    channel.replayed([])  # a first echo is the prompt's, whatever it holds
+    channel.replayed("Do it.")  # an echo of nothing the daemon knows: the oldest one went
+    assert channel.unread == 0
+    channel.replayed([])
+    assert channel.unread == 0
+    channel.input_written("short")
+    channel.input_written("x")
+    channel.replayed("shorter")  # longer than one, shorter than both joined: spells none
+    assert channel.unread == 1
 
 
 def test_a_background_bash_leaves_the_channel_idle_between_its_two_turns() -> None:
