@@ -333,3 +333,17 @@ async def test_no_text_of_the_daemon_a_run_or_the_config_is_read_as_markup(
         f"no daemon on {missing}",
     ):
         assert shown in out
+
+
+def test_a_question_without_live_goes_to_stderr_as_plain_text_on_the_reply_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # stdout piped (no Live), stdin a terminal: the question goes where the user reads, with the
+    # reply typed after it, "[y]es" as it is and nothing of the model's escapes.
+    evil = Hostile()
+    renderer = Renderer(_console(), json_out=None, many=False)
+    renderer.question(f"Bash: {evil.payload('ls')} · here\n  [y]es / [n]o — expires in 5 s: ")
+    err = capsys.readouterr().err
+    assert err.endswith("\n  [y]es / [n]o — expires in 5 s: ")
+    assert "ls" in err
+    assert evil.leaks(err) == []
