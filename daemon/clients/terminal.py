@@ -1,7 +1,8 @@
 """``codelegate run`` and ``codelegate watch``: a terminal Agent IO client.
 
 ``run`` posts a task, then follows the run's NDJSON event stream and draws its cards live
-(daemon/clients/board.py does the drawing); Ctrl-C cancels the run and exits 130. A request
+(daemon/clients/board.py does the drawing); Ctrl-C cancels the run and exits 130, and so do
+SIGHUP and SIGTERM (exit 129, 143): a closed terminal leaves no run going unattended. A request
 for approval is asked in the terminal (daemon/clients/terminal_ask.py). ``watch RUN``
 follows a run already started; ``watch --all`` follows every run over the WebSocket. ``--json``
 prints the frames themselves, one per line. The daemon is found through ``--socket``, else
@@ -295,8 +296,9 @@ async def run_async(
     interrupt: asyncio.Event | None = None,
     ask: Ask | None = None,
 ) -> int:
-    """``codelegate run``: start the task, draw it, cancel it on Ctrl-C (``interrupt``); a
-    request for approval is asked with ``ask`` (default: on the terminal, if stdin is one)."""
+    """``codelegate run``: start the task, draw it, cancel it on ``interrupt`` (Ctrl-C, SIGHUP,
+    SIGTERM); a request for approval is asked with ``ask`` (default: on the terminal, if stdin
+    is one)."""
     stop = interrupt if interrupt is not None else _interrupts(asyncio.get_running_loop())
     ask = ask if ask is not None else terminal_asker(renderer.question)
     body: dict[str, Any] = {"task": args.task, "cwd": args.cwd}
