@@ -392,7 +392,8 @@ class MultiBoard:
         out = board.feed(frame)
         if out and self._last_printed != frame.run_id:
             self._last_printed = frame.run_id
-            out.insert(0, Rule(f"run {frame.run_id}", style="blue", align="left"))
+            # A Text, not a str: a Rule reads a str title as markup.
+            out.insert(0, Rule(Text(f"run {frame.run_id}"), style="blue", align="left"))
         if board.result is not None:
             del self.boards[frame.run_id]  # finished: nothing of it stays live
         return out

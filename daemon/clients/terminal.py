@@ -1,7 +1,8 @@
 """``codelegate run`` and ``codelegate watch``: a terminal Agent IO client.
 
 ``run`` posts a task, then follows the run's NDJSON event stream and draws its cards live
-(daemon/clients/board.py does the drawing); Ctrl-C cancels the run and exits 130. A request
+(daemon/clients/board.py does the drawing); Ctrl-C cancels the run and exits 130, and so do
+SIGHUP and SIGTERM (exit 129, 143): a closed terminal leaves no run going unattended. A request
 for approval is asked in the terminal (daemon/clients/terminal_ask.py). ``watch RUN``
 follows a run already started; ``watch --all`` follows every run over the WebSocket. ``--json``
 prints the frames themselves, one per line. The daemon is found through ``--socket``, else
@@ -42,6 +43,8 @@ EXIT_INTERRUPTED: Final = 130
 _MAX_RESUMES: Final = 5
 # After Ctrl-C, how long to keep drawing while the daemon winds the run down.
 _CANCEL_WAIT_S: Final = 30.0
+# The signals that end ``run`` by cancelling its run first (``watch`` just stops following).
+_ENDING_SIGNALS: Final = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
 
 
 class _Head(msgspec.Struct):
@@ -70,6 +73,11 @@ class Renderer:
         self.json_out = json_out
         self.board: Board | MultiBoard = MultiBoard() if many else Board()
         self._live: Live | None = None
+        # Questions go where the user reads: stderr unless Live draws on this console.
+        self._stderr = console if console.stderr else CleanConsole(stderr=True, highlight=False)
+        # The terminal went away (after SIGHUP every write fails with EIO): nothing more is
+        # drawn, and the client still cancels its run and gives its exit status.
+        self._gone = False
 
     def __enter__(self) -> Renderer:
         if self.json_out is None and self.console.is_terminal:
@@ -84,7 +92,10 @@ class Renderer:
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.stop()  # transient: the live region goes...
+            try:
+                self._live.stop()  # transient: the live region goes...
+            except OSError:
+                self._gone = True
         if self.json_out is None:
             # ...and what was still open stays on screen as it stood (Ctrl-C in watch, a lost
             # daemon); without a terminal, this is the only time open cards are printed at all.
@@ -94,7 +105,7 @@ class Renderer:
             for board in boards:
                 cards = board.open_cards()
                 if cards is not None:
-                    self.console.print(cards)
+                    self._print(self.console, cards)
 
     def line(self, raw: bytes, frame: Frame | None) -> None:
         """One NDJSON line from the daemon, and the frame in it when this client knows its type."""
@@ -104,11 +115,28 @@ class Renderer:
             return
         if frame is not None:
             for renderable in self.board.feed(frame):
-                self.console.print(renderable)
+                self._print(self.console, renderable)
 
     def note(self, message: str, style: str = "dim") -> None:
         """A message of this client's own (stderr when stdout carries NDJSON)."""
-        self.console.print(message, style=style, markup=False, highlight=False)
+        self._print(self.console, message, style=style, markup=False, highlight=False)
+
+    def question(self, text: str) -> None:
+        """An approval's question, as plain text: "[y]es" is no markup, its summary is the
+        model's words. Printed through rich either way: while Live draws, sys.stderr is its
+        proxy, which prints an unfinished line as markup (and "[y]es" as "es")."""
+        if self._live is not None:  # above the live region, as a whole line
+            self._print(self.console, text, markup=False, highlight=False)
+        else:  # the reply is typed after it, on the same line
+            self._print(self._stderr, text, markup=False, highlight=False, end="")
+
+    def _print(self, console: Console, *objects: Any, **options: Any) -> None:
+        if self._gone:
+            return
+        try:
+            console.print(*objects, **options)
+        except OSError:
+            self._gone = True
 
 
 class _LiveView:
@@ -220,12 +248,27 @@ def _decode(raw: bytes) -> Frame | None:
         return None  # a frame type from a newer daemon: --json still shows it
 
 
-def _interrupts(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
-    """An event set by Ctrl-C (instead of KeyboardInterrupt tearing through the client)."""
-    pressed = asyncio.Event()
+class Interrupt(asyncio.Event):
+    """Set by a signal that ends the client, instead of it tearing through: Ctrl-C, and SIGHUP
+    or SIGTERM (a closed terminal, a dropped SSH session, ``timeout``), which must not leave a
+    run going unattended either. ``signum`` is the first of them (exit status 128 + signum)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int = signal.SIGINT
+
+    def by(self, signum: int) -> None:
+        if not self.is_set():
+            self.signum = signum
+        self.set()
+
+
+def _interrupts(loop: asyncio.AbstractEventLoop) -> Interrupt:
+    stop = Interrupt()
     with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
-        loop.add_signal_handler(signal.SIGINT, pressed.set)
-    return pressed
+        for signum in _ENDING_SIGNALS:
+            loop.add_signal_handler(signum, stop.by, signum)
+    return stop
 
 
 def _poster(http: aiohttp.ClientSession) -> Post:
@@ -253,10 +296,11 @@ async def run_async(
     interrupt: asyncio.Event | None = None,
     ask: Ask | None = None,
 ) -> int:
-    """``codelegate run``: start the task, draw it, cancel it on Ctrl-C (``interrupt``); a
-    request for approval is asked with ``ask`` (default: on the terminal, if stdin is one)."""
+    """``codelegate run``: start the task, draw it, cancel it on ``interrupt`` (Ctrl-C, SIGHUP,
+    SIGTERM); a request for approval is asked with ``ask`` (default: on the terminal, if stdin
+    is one)."""
     stop = interrupt if interrupt is not None else _interrupts(asyncio.get_running_loop())
-    ask = ask if ask is not None else terminal_asker()
+    ask = ask if ask is not None else terminal_asker(renderer.question)
     body: dict[str, Any] = {"task": args.task, "cwd": args.cwd}
     if args.mode:
         body["mode"] = args.mode
@@ -289,7 +333,7 @@ async def run_async(
             await _first(following, again, limit_s=_CANCEL_WAIT_S)
             for task in (following, again):
                 task.cancel()
-            return EXIT_INTERRUPTED
+            return 128 + stop.signum if isinstance(stop, Interrupt) else EXIT_INTERRUPTED
 
 
 async def _first(*futures: asyncio.Future[Any], limit_s: float | None = None) -> None:
@@ -367,7 +411,8 @@ def _main(command: str, argv: list[str]) -> int:
         return EXIT_UNREACHABLE if exc.code == "daemon_gone" else EXIT_RUN_FAILED
     except aiohttp.ClientConnectionError as exc:
         cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
-        console.print(f"codelegate {command}: {unreachable(cause, args.socket)}", style="red")
+        why = unreachable(cause, args.socket)  # names "[server] allowed_gids": no markup
+        console.print(f"codelegate {command}: {why}", style="red", markup=False)
         return EXIT_UNREACHABLE
     except aiohttp.ClientError as exc:  # e.g. the WebSocket handshake was refused
         console.print(f"codelegate {command}: {exc}", style="red", markup=False)

@@ -23,6 +23,8 @@ _SUMMARY_CHARS: Final = 200
 # Reads one answer after showing a prompt; None when there is nothing more to read.
 Ask = Callable[[str], Awaitable[str | None]]
 Note = Callable[[str, str], None]
+# Shows a question as plain text: its "[y]es" is no markup, its summary the model's words.
+Show = Callable[[str], None]
 # POSTs a JSON body to a path of the daemon's API; the HTTP status (0: no answer).
 Post = Callable[[str, dict[str, Any]], Awaitable[int]]
 
@@ -78,11 +80,9 @@ def answer_body(reply: str, *, allow_session: bool) -> dict[str, Any] | None:
     return None
 
 
-async def stdin_answer(prompt: str) -> str | None:
+async def read_reply() -> str | None:
     """One line typed on stdin (read without a thread, so a dismissed question costs nothing)."""
     loop = asyncio.get_running_loop()
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
     ready: asyncio.Future[None] = loop.create_future()
     fd = sys.stdin.fileno()
     loop.add_reader(fd, lambda: None if ready.done() else ready.set_result(None))
@@ -90,13 +90,24 @@ async def stdin_answer(prompt: str) -> str | None:
         await ready
     finally:
         loop.remove_reader(fd)
-    line = sys.stdin.readline()
+    try:
+        line = sys.stdin.readline()
+    except OSError:  # EIO: the terminal went away (the client gets SIGHUP and cancels)
+        return None
     return line if line else None
 
 
-def terminal_asker() -> Ask | None:
-    """How ``run`` asks on this terminal; None when stdin is not one (nobody to ask here)."""
-    return stdin_answer if sys.stdin.isatty() else None
+def terminal_asker(show: Show) -> Ask | None:
+    """How ``run`` asks on this terminal: ``show`` puts the question on the screen, the reply is
+    read from stdin; None when stdin is not a terminal (nobody to ask here)."""
+    if not sys.stdin.isatty():
+        return None
+
+    async def ask(prompt: str) -> str | None:
+        show(prompt)
+        return await read_reply()
+
+    return ask
 
 
 class Approvals:

@@ -9,19 +9,21 @@ import sys
 
 import pytest
 
-from codelegate.daemon.clients.terminal_ask import answer_body, stdin_answer, terminal_asker
+from codelegate.daemon.clients.terminal_ask import answer_body, terminal_asker
 
 
 async def test_a_reply_typed_on_a_terminal_is_read_and_a_pty_counts_as_one(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     master, slave = pty.openpty()
+    shown: list[str] = []
     with os.fdopen(slave, "r") as tty:
         monkeypatch.setattr(sys, "stdin", tty)
-        assert terminal_asker() is stdin_answer
+        ask = terminal_asker(shown.append)
+        assert ask is not None
         os.write(master, b"y\n")
-        assert await asyncio.wait_for(stdin_answer("Allow? "), 10) == "y\n"
-        assert "Allow? " in capsys.readouterr().err
+        assert await asyncio.wait_for(ask("Allow? "), 10) == "y\n"
+        assert shown == ["Allow? "]
     os.close(master)
 
 
@@ -29,7 +31,7 @@ def test_without_a_terminal_nobody_is_asked(monkeypatch: pytest.MonkeyPatch) -> 
     read, write = os.pipe()
     with os.fdopen(read) as pipe:
         monkeypatch.setattr(sys, "stdin", pipe)
-        assert terminal_asker() is None
+        assert terminal_asker(print) is None
     os.close(write)
 
 

@@ -232,6 +232,8 @@ def test_an_agents_user_delegates_through_the_socket_group_into_a_shared_workspa
                 env,
             )
             assert "permission denied" in term.stdout + term.stderr
+            said = " ".join((term.stdout + term.stderr).split())  # as rich wrapped it
+            assert "to [server] allowed_gids" in said  # not read as markup
         finally:
             daemon.stop()
 

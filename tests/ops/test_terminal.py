@@ -280,3 +280,70 @@ async def test_watch_and_run_print_no_escape_sequence_a_frame_or_an_error_carrie
     assert evil.leaks(out) == []
     for word in ("hello", "Read notes.txt", "gone", "answer", "a.txt", "no such dir"):
         assert word in out
+
+
+async def test_no_text_of_the_daemon_a_run_or_the_config_is_read_as_markup(
+    fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str], short_dir: Path
+) -> None:
+    # rich takes "[word]" for a style tag and drops it ("[server] allowed_gids" lost its
+    # "[server]"), and an unmatched "[/]" raises: the socket's path (config, environment,
+    # --socket), the daemon's errors and every text of a run are shown as they are.
+    loud, link = "[bold red]loud[/]", "[link=https://example.invalid]here[/link]"
+    s = Script()
+    fake_daemon.events = _stream(
+        [
+            s.say(f"say {loud}", 0.1),
+            s.call("claude:r", "Read", f"Read {link}", 0.2),
+            s.done("claude:r", "Read", 0.3, 100, error="[/] gone", error_type="timeout"),
+            s.result(0.4, result="answer [server]", files_changed=["[x].txt"]),
+        ]
+    )
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        error = {"error": {"code": "bad_request", "message": "set [server] allowed_gids"}}
+        return web.json_response(error, status=400)
+
+    fake_daemon.post_run = refuse
+    fake_daemon.states[RUN] = {"cwd": "/srv/[ws]", "created_at": T0}
+    other = Script("[bold]other-run")
+    fake_daemon.ws_frames = [
+        other.call("claude:1", "Read", "Read b", 0),
+        other.done("claude:1", "Read", 0.1, 100),
+    ]
+    missing = str(short_dir / "[server]" / "d.sock")
+
+    codes = [
+        await asyncio.to_thread(terminal.main, ["watch", RUN, "--socket", fake_daemon.socket]),
+        await asyncio.to_thread(terminal.main, ["run", "x", "--socket", fake_daemon.socket]),
+        await asyncio.to_thread(terminal.main, ["watch", "--socket", fake_daemon.socket]),
+        await asyncio.to_thread(terminal.main, ["run", "x", "--socket", missing]),
+    ]
+
+    out = capsys.readouterr().out
+    assert codes == [EXIT_OK, EXIT_REFUSED, terminal.EXIT_UNREACHABLE, terminal.EXIT_UNREACHABLE]
+    for shown in (
+        f"say {loud}",
+        f"Read {link}",
+        "[/] gone",
+        "answer [server]",
+        "files changed: [x].txt",
+        "--cwd '/srv/[ws]'",
+        "refused: bad_request: set [server] allowed_gids",
+        "run [bold]other-run",
+        f"no daemon on {missing}",
+    ):
+        assert shown in out
+
+
+def test_a_question_without_live_goes_to_stderr_as_plain_text_on_the_reply_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # stdout piped (no Live), stdin a terminal: the question goes where the user reads, with the
+    # reply typed after it, "[y]es" as it is and nothing of the model's escapes.
+    evil = Hostile()
+    renderer = Renderer(_console(), json_out=None, many=False)
+    renderer.question(f"Bash: {evil.payload('ls')} · here\n  [y]es / [n]o — expires in 5 s: ")
+    err = capsys.readouterr().err
+    assert err.endswith("\n  [y]es / [n]o — expires in 5 s: ")
+    assert "ls" in err
+    assert evil.leaks(err) == []
