@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -36,6 +37,7 @@ BASE: Final = "http://codelegate"  # the host is a placeholder: the connector pi
 EXIT_OK: Final = 0
 EXIT_RUN_FAILED: Final = 1
 EXIT_REFUSED: Final = 2
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 EXIT_UNREACHABLE: Final = 3
 EXIT_INTERRUPTED: Final = 130
 # A stream that ends without run_result (the daemon dropped a lagging subscriber, or restarted)
@@ -302,6 +304,12 @@ async def run_async(
     stop = interrupt if interrupt is not None else _interrupts(asyncio.get_running_loop())
     ask = ask if ask is not None else terminal_asker(renderer.question)
     body: dict[str, Any] = {"task": args.task, "cwd": args.cwd}
+    for name, text in body.items():
+        # A byte the locale cannot decode reaches argv as a lone surrogate, which no JSON body
+        # can carry: said here, not as the daemon's "not valid JSON".
+        if not text.isascii() and _SURROGATE.search(text):
+            renderer.note(f"refused: the {name} is not valid UTF-8", style="red")
+            return EXIT_REFUSED
     if args.mode:
         body["mode"] = args.mode
     if args.resume:

@@ -347,3 +347,19 @@ def test_a_question_without_live_goes_to_stderr_as_plain_text_on_the_reply_line(
     assert err.endswith("\n  [y]es / [n]o — expires in 5 s: ")
     assert "ls" in err
     assert evil.leaks(err) == []
+
+
+async def test_a_task_with_a_byte_that_is_not_utf8_is_refused_here_and_posts_nothing(
+    fake_daemon: FakeDaemon,
+) -> None:
+    # printf 'x \x9b y' as argv: Python hands it over as a lone surrogate.
+    task = b"fix \x9b it".decode("utf-8", "surrogateescape")
+    console = _console()
+    code = await terminal.run_async(
+        _run_args(fake_daemon.socket, task=task),
+        Renderer(console, json_out=None, many=False),
+        interrupt=asyncio.Event(),
+    )
+    assert code == EXIT_REFUSED
+    assert "refused: the task is not valid UTF-8" in console.export_text()
+    assert fake_daemon.post_run is None  # unscripted: a POST would have been answered 500
