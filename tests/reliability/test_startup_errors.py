@@ -11,15 +11,19 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 from codelegate.daemon.cli import doctor
 from codelegate.daemon.store import queries
-from tests.reliability.served import Served, write_config
+from tests.reliability.served import ROOT, Served, write_config
 
 # What the daemon's folders and store are made of in each case: (socket, store) for a folder
 # ``state`` holding a regular file ``state/file``; the line serve prints and doctor's PROBLEM.
@@ -139,3 +143,58 @@ async def test_a_folder_or_store_serve_cannot_use_is_one_named_line_exit_1_and_a
 def _left(store: Path) -> tuple[bytes, bool]:
     """The store file's bytes, and whether a WAL was made beside it."""
     return store.read_bytes(), os.path.exists(f"{store}-wal")
+
+
+# As root every folder is writable: the daemon then runs as nobody (setpriv), as in a container
+# with --user or a unit's User= that may not create /run/codelegate.
+NOBODY: Final = 65534
+
+
+def _as_this_uid_or_nobody() -> list[str]:
+    if os.getuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root without setpriv: no uid here that a folder's mode stops")
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+@pytest.mark.parametrize("key", ["server.socket", "store.path"])
+def test_a_folder_this_uid_may_not_create_is_named_by_serve_and_by_doctor(
+    key: str, short_dir: Path
+) -> None:
+    drop = _as_this_uid_or_nobody()
+    short_dir.chmod(0o755)  # the config, the workspace and the CLI reachable by that uid
+    workspace, home, locked = short_dir / "ws", short_dir / "home", short_dir / "locked"
+    workspace.mkdir()
+    home.mkdir()
+    home.chmod(0o777)  # where that uid may write: the other of socket and store goes there
+    locked.mkdir()
+    locked.chmod(0o555)  # like /run to a uid that is not root
+    folder = locked / "codelegate"
+    socket, store = home / "d.sock", home / "store.db"
+    if key == "server.socket":
+        socket = folder / "d.sock"
+    else:
+        store = folder / "e.db"
+    config = write_config(short_dir, workspace, socket=socket, store=store)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [*drop, sys.executable, "-m", "codelegate.daemon.cli", *argv]
+        return subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    doctor_said = cli("doctor", "--config", str(config))
+    assert doctor_said.returncode == 1, doctor_said.stdout
+    assert f"PROBLEM {key}: cannot create {folder}: Permission denied" in (
+        doctor_said.stdout.splitlines()
+    )
+    served = cli("serve", "--config", str(config))
+    assert served.returncode == 1
+    assert "Traceback" not in served.stderr + served.stdout
+    assert [line for line in served.stderr.splitlines() if line.startswith("codelegate")] == [
+        f"codelegate: cannot create {folder} for {key}: Permission denied"
+    ]
+    assert not folder.exists()
