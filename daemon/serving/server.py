@@ -108,6 +108,8 @@ def _remove_stale_socket(path: str) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
+    except OSError as exc:  # a folder this uid may not search
+        raise ServerError(f"cannot reach {path} for server.socket: {exc.strerror}") from exc
     if not stat.S_ISSOCK(st.st_mode):
         raise ServerError(f"{path} exists and is not a socket; refusing to replace it")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -115,7 +117,12 @@ def _remove_stale_socket(path: str) -> None:
         try:
             probe.connect(path)
         except ConnectionRefusedError:
-            os.unlink(path)  # a socket left by a daemon that died: nobody is listening
+            try:
+                os.unlink(path)  # a socket left by a daemon that died: nobody is listening
+            except OSError as exc:
+                raise ServerError(
+                    f"cannot replace the stale socket {path}: {exc.strerror}"
+                ) from exc
             return
         except FileNotFoundError:
             return
@@ -172,7 +179,9 @@ def lock_store(store_path: str) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise ServerError(f"cannot open the store lock {path}: {exc.strerror}") from exc
+        raise ServerError(
+            f"cannot open the store lock {path} for store.path: {exc.strerror}"
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

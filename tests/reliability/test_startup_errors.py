@@ -159,9 +159,23 @@ def _as_this_uid_or_nobody() -> list[str]:
     return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
-@pytest.mark.parametrize("key", ["server.socket", "store.path"])
-def test_a_folder_this_uid_may_not_create_is_named_by_serve_and_by_doctor(
-    key: str, short_dir: Path
+@pytest.mark.parametrize(
+    ("key", "exists", "doctor_says", "serve_says"),
+    [
+        ("server.socket", False, "cannot create {folder}", "cannot create {folder} for {key}"),
+        ("store.path", False, "cannot create {folder}", "cannot create {folder} for {key}"),
+        # There, but closed to this uid: serve cannot even look for a stale socket in it.
+        ("server.socket", True, "cannot write in {folder}", "cannot reach {file} for {key}"),
+        (
+            "store.path",
+            True,
+            "cannot write in {folder}",
+            "cannot open the store lock {file}.lock for {key}",
+        ),
+    ],
+)
+def test_a_folder_this_uid_may_not_create_or_enter_is_named_by_serve_and_by_doctor(
+    key: str, exists: bool, doctor_says: str, serve_says: str, short_dir: Path
 ) -> None:
     drop = _as_this_uid_or_nobody()
     short_dir.chmod(0o755)  # the config, the workspace and the CLI reachable by that uid
@@ -170,13 +184,17 @@ def test_a_folder_this_uid_may_not_create_is_named_by_serve_and_by_doctor(
     home.mkdir()
     home.chmod(0o777)  # where that uid may write: the other of socket and store goes there
     locked.mkdir()
-    locked.chmod(0o555)  # like /run to a uid that is not root
     folder = locked / "codelegate"
+    if exists:
+        folder.mkdir()
+        folder.chmod(0)
+    else:
+        locked.chmod(0o555)  # like /run to a uid that is not root
     socket, store = home / "d.sock", home / "store.db"
     if key == "server.socket":
-        socket = folder / "d.sock"
+        socket = file = folder / "d.sock"
     else:
-        store = folder / "e.db"
+        store = file = folder / "e.db"
     config = write_config(short_dir, workspace, socket=socket, store=store)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
 
@@ -186,15 +204,15 @@ def test_a_folder_this_uid_may_not_create_is_named_by_serve_and_by_doctor(
             command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
         )
 
+    names = {"folder": folder, "file": file, "key": key}
     doctor_said = cli("doctor", "--config", str(config))
     assert doctor_said.returncode == 1, doctor_said.stdout
-    assert f"PROBLEM {key}: cannot create {folder}: Permission denied" in (
-        doctor_said.stdout.splitlines()
-    )
+    problem = f"PROBLEM {key}: {doctor_says.format(**names)}: Permission denied"
+    assert problem in doctor_said.stdout.splitlines()
     served = cli("serve", "--config", str(config))
     assert served.returncode == 1
     assert "Traceback" not in served.stderr + served.stdout
     assert [line for line in served.stderr.splitlines() if line.startswith("codelegate")] == [
-        f"codelegate: cannot create {folder} for {key}: Permission denied"
+        f"codelegate: {serve_says.format(**names)}: Permission denied"
     ]
-    assert not folder.exists()
+    assert exists or not folder.exists()
