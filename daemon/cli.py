@@ -257,8 +257,11 @@ def folder_problem(key: str, path: str) -> str | None:
 
 
 def _path_problems(config: Config) -> list[str]:
-    """The socket's and the store's folders and the store file, as ``serve`` would meet them
-    (a socket handed over by systemd is not checked: only its configured path is known)."""
+    """The socket's and the store's folders and the store file, as ``serve`` would meet them.
+
+    The socket's folder is checked under socket activation too: a daemon started without the
+    socket unit binds there itself, and the units create it for the daemon's uid anyway.
+    """
     from codelegate.daemon.store.queries import file_problem
 
     problems = [

@@ -50,7 +50,8 @@ FD_RESERVE: Final = 128
 
 
 class ServerError(Exception):
-    """The daemon cannot listen (socket in use, not a socket, token missing …)."""
+    """The daemon cannot start: socket in use or not a socket, a folder it cannot create, token
+    missing, a store it cannot open … (one line, exit 1)."""
 
 
 def sd_notify(message: str, environ: Mapping[str, str] | None = None) -> bool:
@@ -362,7 +363,7 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     try:
         handle = await start_server(config, activation=True)
     except ServerError as exc:
-        _log.error("cannot_listen", error=str(exc))
+        _log.error("cannot_start", error=str(exc))  # listeners, store lock or store
         logs.say(f"codelegate: {exc}")
         return 1
     stop = asyncio.Event()
