@@ -118,7 +118,7 @@ def file_problem(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
             header = fh.read(100)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none yet (its folder is checked apart)
         return None
     except OSError as exc:
         return f"cannot read {path} ({exc.strerror})"

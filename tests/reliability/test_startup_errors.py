@@ -9,10 +9,11 @@ to come up (a bounded wait on its exit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import secrets
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,119 +25,75 @@ import pytest
 from codelegate.daemon.cli import doctor
 from codelegate.daemon.store import queries
 from tests.reliability.served import ROOT, Served, write_config
-
-# What the daemon's folders and store are made of in each case: (socket, store) for a folder
-# ``state`` holding a regular file ``state/file``; the line serve prints and doctor's PROBLEM.
-Case = Callable[[Path], tuple[Path | None, Path | None, str, str]]
+from tests.store.conftest import newer_store
 
 
-def _socket_folder_is_a_file(state: Path) -> tuple[Path | None, Path | None, str, str]:
-    file = state / "file"
-    return (
-        file / "d.sock",
-        None,
-        f"cannot create {file} for server.socket: File exists",
-        f"server.socket: cannot create {file}: File exists",
-    )
-
-
-def _socket_folder_under_a_file(state: Path) -> tuple[Path | None, Path | None, str, str]:
-    file = state / "file"
-    return (
-        file / "run" / "d.sock",
-        None,
-        f"cannot create {file / 'run'} for server.socket: Not a directory",
-        f"server.socket: cannot create {file / 'run'}: Not a directory",
-    )
-
-
-def _store_folder_under_a_file(state: Path) -> tuple[Path | None, Path | None, str, str]:
-    file = state / "file"
-    return (
-        None,
-        file / "sub" / "e.db",
-        f"cannot create {file / 'sub'} for store.path: Not a directory",
-        f"store.path: cannot create {file / 'sub'}: Not a directory",
-    )
-
-
-def _store_is_a_folder(state: Path) -> tuple[Path | None, Path | None, str, str]:
-    store = state / "store.db"
-    store.mkdir()
-    return (
-        None,
-        store,
-        f"store.path: cannot open the run store {store}: Is a directory",
-        f"store.path: {store} is a folder, not a store file",
-    )
-
-
-def _store_is_not_sqlite(state: Path) -> tuple[Path | None, Path | None, str, str]:
-    store = state / "store.db"
-    store.write_bytes(secrets.token_bytes(4096))
-    return (
-        None,
-        store,
-        f"store.path: cannot open the run store {store}: file is not a database",
-        f"store.path: {store} is not an SQLite database",
-    )
-
-
-def _store_is_newer(state: Path) -> tuple[Path | None, Path | None, str, str]:
-    # As a newer daemon might leave it: another schema version, and no WAL (rollback journal).
-    store = state / "store.db"
-    newer = queries.SCHEMA_VERSION + 1
-    conn = sqlite3.connect(store)
-    conn.execute("CREATE TABLE later (x BLOB)")
-    conn.execute("INSERT INTO later VALUES (?)", (secrets.token_bytes(64),))
-    conn.execute(f"PRAGMA user_version = {newer}")
-    conn.commit()
-    conn.close()
-    why = f"schema version {newer} is newer than this daemon's ({queries.SCHEMA_VERSION})"
-    return (
-        None,
-        store,
-        f"store.path: cannot open the run store {store}: {why}; it is left as it is",
-        f"store.path: {store}: {why}",
-    )
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        _socket_folder_is_a_file,
-        _socket_folder_under_a_file,
-        _store_folder_under_a_file,
-        _store_is_a_folder,
-        _store_is_not_sqlite,
-        _store_is_newer,
-    ],
-)
-async def test_a_folder_or_store_serve_cannot_use_is_one_named_line_exit_1_and_a_doctor_problem(
-    case: Case,
-    short_dir: Path,
-    workspace: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    (short_dir / "file").write_bytes(b"")
-    socket, store, said, problem = case(short_dir)
-    before = _left(store)[0] if store is not None and store.is_file() else None
-    config = write_config(short_dir, workspace, socket=socket, store=store)
-
-    assert await asyncio.to_thread(doctor, str(config), {}) == 1  # it runs a loop of its own
-    assert f"PROBLEM {problem}" in capsys.readouterr().out.splitlines()
-
-    home = tmp_path / "home"
-    home.mkdir()
-    served = Served(config, short_dir, home)
+async def _refused(config: Path, state: Path, home: Path) -> tuple[list[str], list[str]]:
+    """doctor's PROBLEM lines (it must exit 1), then serve's lines on the terminal (it must exit
+    1 and print no traceback)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # doctor runs a loop of its own: in a thread
+        assert await asyncio.to_thread(doctor, str(config), {}) == 1
+    problems = [line for line in out.getvalue().splitlines() if line.startswith("PROBLEM ")]
+    await asyncio.to_thread(home.mkdir)
+    served = Served(config, state, home)
     assert await served.exits() == 1
     log = served.log.read_text()
     assert "Traceback" not in log
-    assert [line for line in log.splitlines() if line.startswith("codelegate")] == [
-        f"codelegate: {said}"
-    ]
-    if store is not None and before is not None:  # refused, and not a byte of it changed
+    return problems, [line for line in log.splitlines() if line.startswith("codelegate")]
+
+
+@pytest.mark.parametrize(
+    ("key", "where", "why"),
+    [
+        ("server.socket", "file/d.sock", "File exists"),  # the folder is a file
+        ("server.socket", "file/run/d.sock", "Not a directory"),  # a file on the way
+        ("store.path", "file/run/e.db", "Not a directory"),
+    ],
+)
+async def test_a_folder_serve_cannot_create_is_one_named_line_exit_1_and_a_doctor_problem(
+    key: str, where: str, why: str, short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    (short_dir / "file").write_bytes(b"")
+    path = short_dir / where
+    socket, store = (path, None) if key == "server.socket" else (None, path)
+    config = write_config(short_dir, workspace, socket=socket, store=store)
+    problems, said = await _refused(config, short_dir, tmp_path / "home")
+    assert problems == [f"PROBLEM {key}: cannot create {path.parent}: {why}"]
+    assert said == [f"codelegate: cannot create {path.parent} for {key}: {why}"]
+
+
+def _random_bytes(path: Path) -> None:
+    path.write_bytes(secrets.token_bytes(4096))
+
+
+NEWER: Final = queries.newer(queries.SCHEMA_VERSION + 1)
+
+
+@pytest.mark.parametrize(
+    ("made", "problem", "why"),
+    [
+        (Path.mkdir, "{path} is a folder, not a store file", "Is a directory"),
+        (_random_bytes, "{path} is not an SQLite database", "file is not a database"),
+        (newer_store, f"{{path}}: {NEWER}", f"{NEWER}; it is left as it is"),
+    ],
+)
+async def test_a_store_serve_cannot_open_is_one_named_line_exit_1_a_doctor_problem_and_untouched(
+    made: Callable[[Path], object],
+    problem: str,
+    why: str,
+    short_dir: Path,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    store = short_dir / "e.db"
+    made(store)
+    before = _left(store)[0] if store.is_file() else None
+    config = write_config(short_dir, workspace, store=store)
+    problems, said = await _refused(config, short_dir, tmp_path / "home")
+    assert problems == [f"PROBLEM store.path: {problem.format(path=store)}"]
+    assert said == [f"codelegate: store.path: cannot open the run store {store}: {why}"]
+    if before is not None:  # refused, and not a byte of it changed (no WAL beside it either)
         assert _left(store) == (before, False)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from codelegate.daemon.store import approvals, queries
 from codelegate.daemon.store.store import RunStore, StoreError
-from tests.store.conftest import frame
+from tests.store.conftest import frame, newer_store
 
 # Version 1 kept frames WITHOUT ROWID: the table as that version created it.
 V1_FRAMES = """
@@ -92,23 +92,10 @@ async def test_a_new_store_keeps_frames_in_a_rowid_table(db_path: str) -> None:
     assert version == queries.SCHEMA_VERSION
 
 
-def _newer_store(path: str) -> bytes:
-    """A store as a newer daemon may keep it: its own schema version, in a rollback journal (no
-    WAL); its bytes."""
-    queries.make_parent(path)
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE later (x BLOB)")
-    conn.execute("INSERT INTO later VALUES (?)", (secrets.token_bytes(64),))
-    conn.execute(f"PRAGMA user_version = {queries.SCHEMA_VERSION + 1}")
-    conn.commit()
-    conn.close()
-    return Path(path).read_bytes()
-
-
 async def test_a_store_from_a_newer_daemon_is_refused_and_left_byte_for_byte_as_it_is(
     db_path: str,
 ) -> None:
-    before = _newer_store(db_path)
+    before = newer_store(db_path)
     with pytest.raises(StoreError, match=r"newer than this daemon's .*left as it is"):
         await RunStore.open(db_path)
     # Not a byte changed: the WAL is not switched on before the version is read.
@@ -120,7 +107,7 @@ def test_doctor_tells_a_store_serve_would_refuse_from_its_header_only(
 ) -> None:
     assert queries.file_problem(db_path) is None  # none yet: serve creates it
     newer = f"{db_path}: {queries.newer(queries.SCHEMA_VERSION + 1)}"
-    _newer_store(db_path)
+    newer_store(db_path)
     assert queries.file_problem(db_path) == newer
     Path(db_path).unlink()
     Path(db_path).write_bytes(b"")
