@@ -264,13 +264,12 @@ def _path_problems(config: Config) -> list[str]:
     """
     from codelegate.daemon.store.queries import file_problem
 
-    problems = [
-        folder_problem("server.socket", config.server.socket),
-        folder_problem("store.path", config.store.path),
-    ]
-    stored = file_problem(os.path.abspath(config.store.path))
-    problems.append(f"store.path: {stored}" if stored else None)
-    return [p for p in problems if p]
+    socket = folder_problem("server.socket", config.server.socket)
+    store = folder_problem("store.path", config.store.path)
+    if store is None:  # the file only in a folder serve can use: one problem for the setting
+        stored = file_problem(os.path.abspath(config.store.path))
+        store = f"store.path: {stored}" if stored else None
+    return [p for p in (socket, store) if p]
 
 
 def _token_problems(path: str) -> list[str]:
