@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib
 import json
 import os
@@ -256,6 +257,7 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
             isfile=os.path.isfile,
         )
     ]
+    problems.extend(_path_problems(config))
     if server.tcp and server.token_file and os.path.isfile(server.token_file):
         problems.extend(_token_problems(server.token_file))
     if resolved:
@@ -270,6 +272,39 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
     out.extend(f"PROBLEM {p}" for p in problems)
     print("\n".join(out))
     return 1 if problems else 0
+
+
+def folder_problem(key: str, path: str) -> str | None:
+    """Why ``serve`` could not create, or write in, the folder the file ``path`` of setting
+    ``key`` lives in, told without creating anything: the error serve's own ``makedirs``
+    (``server.make_folder``) or bind would meet, for this uid."""
+    folder = os.path.dirname(os.path.abspath(path))
+    existing = folder
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):  # makedirs meets a file: the folder itself, or on the way
+        code = errno.EEXIST if existing == folder else errno.ENOTDIR
+        return f"{key}: cannot create {folder}: {os.strerror(code)}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = "write in" if existing == folder else "create"
+        return f"{key}: cannot {verb} {folder}: {os.strerror(errno.EACCES)}"
+    return None
+
+
+def _path_problems(config: Config) -> list[str]:
+    """The socket's and the store's folders and the store file, as ``serve`` would meet them.
+
+    The socket's folder is checked under socket activation too: a daemon started without the
+    socket unit binds there itself, and the units create it for the daemon's uid anyway.
+    """
+    from codelegate.daemon.store.queries import file_problem
+
+    socket = folder_problem("server.socket", config.server.socket)
+    store = folder_problem("store.path", config.store.path)
+    if store is None:  # the file only in a folder serve can use: one problem for the setting
+        stored = file_problem(os.path.abspath(config.store.path))
+        store = f"store.path: {stored}" if stored else None
+    return [p for p in (socket, store) if p]
 
 
 def _token_problems(path: str) -> list[str]:

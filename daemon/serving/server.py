@@ -33,7 +33,7 @@ from codelegate.daemon import logs
 from codelegate.daemon.serving.app import create_app
 from codelegate.daemon.serving.listeners import GatedSite
 from codelegate.daemon.serving.state import METRICS, STATE, manager_of
-from codelegate.daemon.store.queries import make_parent
+from codelegate.daemon.store.store import StoreError
 from codelegate.daemon.supervision.procs import become_subreaper
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.checks import token_problem
@@ -50,7 +50,8 @@ FD_RESERVE: Final = 128
 
 
 class ServerError(Exception):
-    """The daemon cannot listen (socket in use, not a socket, token missing …)."""
+    """The daemon cannot start: socket in use or not a socket, a folder it cannot create, token
+    missing, a store it cannot open … (one line, exit 1)."""
 
 
 def sd_notify(message: str, environ: Mapping[str, str] | None = None) -> bool:
@@ -108,6 +109,8 @@ def _remove_stale_socket(path: str) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
+    except OSError as exc:  # a folder this uid may not search
+        raise ServerError(f"cannot reach {path} for server.socket: {exc.strerror}") from exc
     if not stat.S_ISSOCK(st.st_mode):
         raise ServerError(f"{path} exists and is not a socket; refusing to replace it")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -115,7 +118,12 @@ def _remove_stale_socket(path: str) -> None:
         try:
             probe.connect(path)
         except ConnectionRefusedError:
-            os.unlink(path)  # a socket left by a daemon that died: nobody is listening
+            try:
+                os.unlink(path)  # a socket left by a daemon that died: nobody is listening
+            except OSError as exc:
+                raise ServerError(
+                    f"cannot replace the stale socket {path}: {exc.strerror}"
+                ) from exc
             return
         except FileNotFoundError:
             return
@@ -124,11 +132,24 @@ def _remove_stale_socket(path: str) -> None:
     raise ServerError(f"another daemon is listening on {path}")
 
 
+def make_folder(path: str, key: str) -> None:
+    """Create the folder the file ``path`` of setting ``key`` lives in, if it is missing.
+
+    Named, not a traceback: ``/run/codelegate`` as a uid that may not create it, a path through
+    a file. ``doctor`` tells the same beforehand (``cli.folder_problem``).
+    """
+    folder = os.path.dirname(path)
+    if not folder:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise ServerError(f"cannot create {folder} for {key}: {exc.strerror or exc}") from exc
+
+
 def bind_unix_socket(path: str, mode: int) -> socket.socket:
     """A Unix stream socket bound at ``path`` with permission bits ``mode``."""
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
+    make_folder(path, "server.socket")
     _remove_stale_socket(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     # The umask makes the socket appear with at most ``mode``: no window where it is wider.
@@ -154,12 +175,14 @@ def lock_store(store_path: str) -> int:
     same store are refused as surely as two on one socket. The kernel drops it when the daemon
     dies, however it dies, so a stale lock file never blocks a restart.
     """
-    make_parent(store_path)  # the lock is taken before the store opens (and creates it)
     path = absolute(store_path) + ".lock"
+    make_folder(path, "store.path")  # the lock is taken before the store opens (and creates it)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise ServerError(f"cannot open the store lock {path}: {exc.strerror}") from exc
+        raise ServerError(
+            f"cannot open the store lock {path} for store.path: {exc.strerror}"
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -282,7 +305,10 @@ async def start_server(
             access_log=None,
             keepalive_timeout=server.idle_timeout_s,
         )
-        await runner.setup()  # the store opens and runs recover: only now that it is ours
+        try:
+            await runner.setup()  # the store opens and runs recover: only now that it is ours
+        except StoreError as exc:  # a folder, not SQLite, a newer schema: refused, untouched
+            raise ServerError(f"store.path: {exc}") from exc
         # The sockets are bound here (not by UnixSite/TCPSite) so that the Unix socket's mode is
         # right from the first moment (umask), a stale one is replaced safely, an inherited one
         # works, and each listener counts its connections under its own cap.
@@ -337,7 +363,7 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     try:
         handle = await start_server(config, activation=True)
     except ServerError as exc:
-        _log.error("cannot_listen", error=str(exc))
+        _log.error("cannot_start", error=str(exc))  # listeners, store lock or store
         logs.say(f"codelegate: {exc}")
         return 1
     stop = asyncio.Event()

@@ -101,6 +101,35 @@ def make_parent(path: str) -> None:
         os.makedirs(directory, exist_ok=True)
 
 
+def newer(version: int) -> str:
+    """What is wrong with a store of schema ``version`` above :data:`SCHEMA_VERSION`."""
+    return f"schema version {version} is newer than this daemon's ({SCHEMA_VERSION})"
+
+
+# An SQLite file's first bytes; its header holds ``user_version`` at 60 (4 bytes, big-endian).
+SQLITE_MAGIC: Final = b"SQLite format 3\0"
+
+
+def file_problem(path: str) -> str | None:
+    """Why :func:`connect` would refuse the file at ``path``, told from its header by reading
+    it only (``doctor``); None when it is fine or missing (a new store is created)."""
+    if os.path.isdir(path):
+        return f"{path} is a folder, not a store file"
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except (FileNotFoundError, NotADirectoryError):  # none yet (its folder is checked apart)
+        return None
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror})"
+    if not header:
+        return None  # an empty file: connect makes it a store
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        return f"{path} is not an SQLite database"
+    version = int.from_bytes(header[60:64], "big")
+    return f"{path}: {newer(version)}" if version > SCHEMA_VERSION else None
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open the database in WAL mode and bring the schema up to date."""
     make_parent(path)
@@ -112,6 +141,12 @@ def connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA busy_timeout = 5000")
+        # The version first, before anything writes: a newer daemon's file (in whatever journal
+        # mode it keeps) is refused with not a byte of it changed, and a file that is not
+        # SQLite fails here too, having been only read.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.OperationalError(f"{newer(version)}; it is left as it is")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal" and path != ":memory:":
             raise sqlite3.OperationalError(f"cannot switch to WAL (journal_mode={mode})")
@@ -119,9 +154,6 @@ def connect(path: str) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         # A flood of writes grows the WAL; once checkpointed, give the space back beyond 64 MiB.
         conn.execute("PRAGMA journal_size_limit = 67108864")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise sqlite3.OperationalError(f"schema version {version} is newer than this daemon")
         conn.executescript(SCHEMA)
         _migrate_frames(conn)
         conn.executescript(FRAMES_SCHEMA)

@@ -113,7 +113,8 @@ class RunStore:
             conn = await loop.run_in_executor(executor, queries.connect, path)
         except (sqlite3.Error, OSError) as exc:
             executor.shutdown(wait=False)
-            raise StoreError(f"cannot open the run store {path!r}: {exc}") from exc
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StoreError(f"cannot open the run store {path}: {why}") from exc
         buffers = Buffers(
             batch_frames=flush_frames,
             batch_bytes=flush_bytes,

@@ -32,14 +32,15 @@ def write_config(
     server: str = "",
     store: Path | None = None,
     policy: str = "",
+    socket: Path | None = None,
 ) -> Path:
-    """``state/codelegate.toml``: socket and store in ``state`` (or the ``store`` given);
-    ``server`` adds lines to ``[server]``, ``policy`` to ``[policy]``, ``extra`` whole
+    """``state/codelegate.toml``: socket and store in ``state`` (or the ``socket`` and ``store``
+    given); ``server`` adds lines to ``[server]``, ``policy`` to ``[policy]``, ``extra`` whole
     sections at the end."""
     path = state / "codelegate.toml"
     path.write_text(
         "[server]\n"
-        f"socket = {json.dumps(str(state / 'd.sock'))}\n" + server + "[claude]\n"
+        f"socket = {json.dumps(str(socket or state / 'd.sock'))}\n" + server + "[claude]\n"
         f"path = {json.dumps(claude)}\n"
         "[policy]\n"
         f"workspaces = [{json.dumps(str(workspace))}]\n"

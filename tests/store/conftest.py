@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import secrets
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from codelegate.daemon.store import queries
 from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.store.store import RunStore
 
@@ -35,6 +38,19 @@ def finished(run_id: str, at: float, *, result: bytes = b"{}") -> RunRecord:
 def frame(run_id: str, seq: int) -> bytes:
     """A stand-in encoded frame: distinct bytes per (run, seq)."""
     return b'{"type":"tool_call","run_id":"%s","seq":%d}' % (run_id.encode(), seq)
+
+
+def newer_store(path: str | Path) -> bytes:
+    """A store as a newer daemon may keep it: a schema version above this daemon's, in a
+    rollback journal (no WAL), with a fresh random row; its bytes."""
+    queries.make_parent(str(path))
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE later (x BLOB)")
+    conn.execute("INSERT INTO later VALUES (?)", (secrets.token_bytes(64),))
+    conn.execute(f"PRAGMA user_version = {queries.SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    return Path(path).read_bytes()
 
 
 @pytest.fixture

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 from codelegate.daemon.store import approvals, queries
 from codelegate.daemon.store.store import RunStore, StoreError
-from tests.store.conftest import frame
+from tests.store.conftest import frame, newer_store
 
 # Version 1 kept frames WITHOUT ROWID: the table as that version created it.
 V1_FRAMES = """
@@ -90,13 +92,28 @@ async def test_a_new_store_keeps_frames_in_a_rowid_table(db_path: str) -> None:
     assert version == queries.SCHEMA_VERSION
 
 
-async def test_a_store_from_a_newer_daemon_is_refused_and_left_as_it_is(db_path: str) -> None:
-    store = await RunStore.open(db_path)
-    await store.close()
-    conn = sqlite3.connect(db_path)
-    conn.execute(f"PRAGMA user_version = {queries.SCHEMA_VERSION + 1}")
-    conn.commit()
-    conn.close()
-    with pytest.raises(StoreError, match="newer than this daemon"):
+async def test_a_store_from_a_newer_daemon_is_refused_and_left_byte_for_byte_as_it_is(
+    db_path: str,
+) -> None:
+    before = newer_store(db_path)
+    with pytest.raises(StoreError, match=r"newer than this daemon's .*left as it is"):
         await RunStore.open(db_path)
-    assert _frames_ddl(db_path)[1] == queries.SCHEMA_VERSION + 1
+    # Not a byte changed: the WAL is not switched on before the version is read.
+    assert await asyncio.to_thread(Path(db_path).read_bytes) == before
+
+
+def test_doctor_tells_a_store_serve_would_refuse_from_its_header_only(
+    db_path: str, tmp_path: Path
+) -> None:
+    assert queries.file_problem(db_path) is None  # none yet: serve creates it
+    newer = f"{db_path}: {queries.newer(queries.SCHEMA_VERSION + 1)}"
+    newer_store(db_path)
+    assert queries.file_problem(db_path) == newer
+    Path(db_path).unlink()
+    Path(db_path).write_bytes(b"")
+    assert queries.file_problem(db_path) is None  # empty: serve makes it a store
+    queries.connect(db_path).close()
+    assert queries.file_problem(db_path) is None
+    Path(db_path).write_bytes(queries.SQLITE_MAGIC)  # a header cut short
+    assert queries.file_problem(db_path) == f"{db_path} is not an SQLite database"
+    assert queries.file_problem(str(tmp_path)) == f"{tmp_path} is a folder, not a store file"

@@ -1,0 +1,188 @@
+"""``codelegate serve`` refused at start-up by its own folders and store: one named line on the
+terminal and exit 1, never a traceback; ``doctor`` reports the same beforehand, and a store it
+refuses is left byte for byte as it was.
+
+Each daemon is a real child process (``tests/reliability/served.py``), started expecting it not
+to come up (a bounded wait on its exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from codelegate.daemon.cli import doctor
+from codelegate.daemon.store import queries
+from tests.reliability.served import ROOT, Served, write_config
+from tests.store.conftest import newer_store
+
+
+async def _refused(config: Path, state: Path, home: Path) -> tuple[list[str], list[str]]:
+    """doctor's PROBLEM lines (it must exit 1), then serve's lines on the terminal (it must exit
+    1 and print no traceback)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # doctor runs a loop of its own: in a thread
+        assert await asyncio.to_thread(doctor, str(config), {}) == 1
+    problems = [line for line in out.getvalue().splitlines() if line.startswith("PROBLEM ")]
+    await asyncio.to_thread(home.mkdir)
+    served = Served(config, state, home)
+    assert await served.exits() == 1
+    log = served.log.read_text()
+    assert "Traceback" not in log
+    return problems, [line for line in log.splitlines() if line.startswith("codelegate")]
+
+
+@pytest.mark.parametrize(
+    ("key", "where", "why"),
+    [
+        ("server.socket", "file/d.sock", "File exists"),  # the folder is a file
+        ("server.socket", "file/run/d.sock", "Not a directory"),  # a file on the way
+        ("store.path", "file/run/e.db", "Not a directory"),
+    ],
+)
+async def test_a_folder_serve_cannot_create_is_one_named_line_exit_1_and_a_doctor_problem(
+    key: str, where: str, why: str, short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    (short_dir / "file").write_bytes(b"")
+    path = short_dir / where
+    socket, store = (path, None) if key == "server.socket" else (None, path)
+    config = write_config(short_dir, workspace, socket=socket, store=store)
+    problems, said = await _refused(config, short_dir, tmp_path / "home")
+    assert problems == [f"PROBLEM {key}: cannot create {path.parent}: {why}"]
+    assert said == [f"codelegate: cannot create {path.parent} for {key}: {why}"]
+
+
+def _random_bytes(path: Path) -> None:
+    path.write_bytes(secrets.token_bytes(4096))
+
+
+NEWER: Final = queries.newer(queries.SCHEMA_VERSION + 1)
+
+
+@pytest.mark.parametrize(
+    ("made", "problem", "why"),
+    [
+        (Path.mkdir, "{path} is a folder, not a store file", "Is a directory"),
+        (_random_bytes, "{path} is not an SQLite database", "file is not a database"),
+        (newer_store, f"{{path}}: {NEWER}", f"{NEWER}; it is left as it is"),
+    ],
+)
+async def test_a_store_serve_cannot_open_is_one_named_line_exit_1_a_doctor_problem_and_untouched(
+    made: Callable[[Path], object],
+    problem: str,
+    why: str,
+    short_dir: Path,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    store = short_dir / "e.db"
+    made(store)
+    before = _left(store)[0] if store.is_file() else None
+    config = write_config(short_dir, workspace, store=store)
+    problems, said = await _refused(config, short_dir, tmp_path / "home")
+    assert problems == [f"PROBLEM store.path: {problem.format(path=store)}"]
+    assert said == [f"codelegate: store.path: cannot open the run store {store}: {why}"]
+    if before is not None:  # refused, and not a byte of it changed (no WAL beside it either)
+        assert _left(store) == (before, False)
+
+
+def _left(store: Path) -> tuple[bytes, bool]:
+    """The store file's bytes, and whether a WAL was made beside it."""
+    return store.read_bytes(), os.path.exists(f"{store}-wal")
+
+
+# As root every folder is writable: the daemon then runs as nobody (setpriv), as in a container
+# with --user or a unit's User= that may not create /run/codelegate.
+NOBODY: Final = 65534
+
+
+def _as_this_uid_or_nobody() -> list[str]:
+    if os.getuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root without setpriv: no uid here that a folder's mode stops")
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+@pytest.mark.parametrize(
+    ("key", "exists", "doctor_says", "serve_says"),
+    [
+        ("server.socket", False, "cannot create {folder}", "cannot create {folder} for {key}"),
+        ("store.path", False, "cannot create {folder}", "cannot create {folder} for {key}"),
+        # There, but closed to this uid: serve cannot even look for a stale socket in it.
+        ("server.socket", True, "cannot write in {folder}", "cannot reach {file} for {key}"),
+        (
+            "store.path",
+            True,
+            "cannot write in {folder}",
+            "cannot open the store lock {file}.lock for {key}",
+        ),
+    ],
+)
+def test_a_folder_this_uid_may_not_create_or_enter_is_named_by_serve_and_by_doctor(
+    key: str, exists: bool, doctor_says: str, serve_says: str, short_dir: Path
+) -> None:
+    drop = _as_this_uid_or_nobody()
+    short_dir.chmod(0o755)  # the config, the workspace and the CLI reachable by that uid
+    workspace, home, locked = short_dir / "ws", short_dir / "home", short_dir / "locked"
+    workspace.mkdir()
+    home.mkdir()
+    home.chmod(0o777)  # where that uid may write: the other of socket and store goes there
+    locked.mkdir()
+    folder = locked / "codelegate"
+    if exists:
+        folder.mkdir()
+        folder.chmod(0)
+    else:
+        locked.chmod(0o555)  # like /run to a uid that is not root
+    socket, store = home / "d.sock", home / "store.db"
+    if key == "server.socket":
+        socket = file = folder / "d.sock"
+    else:
+        store = file = folder / "e.db"
+    config = write_config(short_dir, workspace, socket=socket, store=store)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+
+    def cli(command_name: str) -> subprocess.CompletedProcess[str]:
+        argv = [command_name, "--config", str(config)]
+        command = [*drop, sys.executable, "-m", "codelegate.daemon.cli", *argv]
+        return subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    names = {"folder": folder, "file": file, "key": key}
+    try:
+        _both_refuse(cli, key, doctor_says.format(**names), serve_says.format(**names))
+    finally:  # open again, or short_dir's removal cannot empty them (as a uid that is not root)
+        locked.chmod(0o755)
+        if exists:
+            folder.chmod(0o755)
+    assert exists or not folder.exists()
+
+
+def _both_refuse(
+    cli: Callable[..., subprocess.CompletedProcess[str]], key: str, problem: str, said: str
+) -> None:
+    """doctor exits 1 with the one PROBLEM, serve exits 1 with the one line, no traceback."""
+    doctor_said = cli("doctor")
+    assert doctor_said.returncode == 1, doctor_said.stdout
+    problems = [line for line in doctor_said.stdout.splitlines() if line.startswith("PROBLEM")]
+    assert problems == [f"PROBLEM {key}: {problem}: Permission denied"]
+    served = cli("serve")
+    assert served.returncode == 1
+    assert "Traceback" not in served.stderr + served.stdout
+    assert [line for line in served.stderr.splitlines() if line.startswith("codelegate")] == [
+        f"codelegate: {said}: Permission denied"
+    ]
