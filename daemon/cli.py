@@ -312,10 +312,10 @@ def _token_problems(path: str) -> list[str]:
 
     try:
         with open(path, "rb") as fh:
-            token = fh.read()
+            token, mode = fh.read(), os.fstat(fh.fileno()).st_mode
     except OSError as exc:
         return [f"server.token_file: cannot read {path} ({exc.strerror})"]
-    problem = token_problem(token)  # the very check serve makes at start-up
+    problem = token_problem(token, mode)  # the very check serve makes at start-up
     return [problem] if problem else []
 
 

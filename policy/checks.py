@@ -17,8 +17,15 @@ from codelegate.policy.config import Config
 MIN_TOKEN_BYTES: Final = 16
 
 
-def token_problem(token: bytes) -> str | None:
-    """Why the TCP bearer token (its file's bytes, whitespace around dropped) is refused."""
+def token_problem(token: bytes, mode: int) -> str | None:
+    """Why the TCP bearer token (its file's bytes, whitespace around dropped; ``mode``: the
+    file's ``st_mode``) is refused."""
+    if mode & 0o007:
+        # Whoever reads it may call the whole API over TCP, as the daemon's callers do.
+        return (
+            f"server.token_file is open to every user of the machine (mode {mode & 0o777:04o}); "
+            "chmod o-rwx it"
+        )
     if len(token.strip()) < MIN_TOKEN_BYTES:
         return f"server.token_file must hold a token of at least {MIN_TOKEN_BYTES} bytes"
     return None

@@ -202,10 +202,10 @@ def read_token(path: str) -> bytes:
     """The TCP bearer token from ``token_file`` (surrounding whitespace dropped)."""
     try:
         with open(path, "rb") as fh:
-            token = fh.read().strip()
+            token, mode = fh.read().strip(), os.fstat(fh.fileno()).st_mode
     except OSError as exc:
         raise ServerError(f"cannot read server.token_file: {exc}") from exc
-    problem = token_problem(token)  # the same check doctor makes
+    problem = token_problem(token, mode)  # the same check doctor makes
     if problem:
         raise ServerError(problem)
     return token

@@ -43,6 +43,7 @@ def tcp_listener(folder: Path, token: str, **server: Any) -> dict[str, Any]:
     ``token`` (written to ``folder/token``), plus the ``server`` keys given."""
     token_file = folder / "token"
     token_file.write_text(token + "\n")
+    token_file.chmod(0o600)  # open to others, serve refuses it
     return {"tcp": "127.0.0.1:0", "token_file": str(token_file), **server}
 
 

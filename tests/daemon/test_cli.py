@@ -234,6 +234,7 @@ def test_each_log_capture_sees_a_daemon_modules_lines_whatever_captured_them_bef
 def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
     token_file = tmp_path / "token"
     token_file.write_bytes(token)
+    token_file.chmod(0o600)
     config = tmp_path / "c.toml"
     (tmp_path / "ws").mkdir(exist_ok=True)  # the token outside it: a run could read it there
     config.write_text(
@@ -258,6 +259,11 @@ def test_doctor_refuses_the_token_serve_refuses(
     config = _tcp_config(tmp_path, secrets.token_hex(8).encode(), FAKE_CLAUDE)
     assert doctor(str(config), {}) == 0
     assert read_token(str(tmp_path / "token"))
+    (tmp_path / "token").chmod(0o644)  # every user could call the API with it
+    assert doctor(str(config), {}) == 1
+    assert "PROBLEM server.token_file is open to every user" in capsys.readouterr().out
+    with pytest.raises(ServerError, match="open to every user"):
+        read_token(str(tmp_path / "token"))
 
 
 def test_doctor_says_whether_the_cli_is_the_pinned_version(

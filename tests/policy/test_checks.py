@@ -74,7 +74,17 @@ def test_the_sandbox_programs_are_checked_only_when_the_sandbox_is_on() -> None:
 
 def test_a_bearer_token_needs_sixteen_bytes_whitespace_aside() -> None:
     token = secrets.token_hex(MIN_TOKEN_BYTES)[:MIN_TOKEN_BYTES].encode()
-    assert token_problem(token + b"\n") is None
-    problem = token_problem(b"  " + token[:-1] + b"\n")
+    assert token_problem(token + b"\n", 0o100600) is None
+    problem = token_problem(b"  " + token[:-1] + b"\n", 0o100600)
     assert problem is not None
     assert "at least 16 bytes" in problem
+
+
+def test_a_token_file_open_to_every_user_is_refused_whatever_it_holds() -> None:
+    token = secrets.token_hex(MIN_TOKEN_BYTES).encode()
+    assert token_problem(token, 0o100640) is None  # a group may share it
+    for mode in (0o100644, 0o100604, 0o100602, 0o100601):
+        problem = token_problem(token, mode)
+        assert problem is not None
+        assert f"mode {mode & 0o777:04o}" in problem
+        assert "chmod o-rwx" in problem

@@ -150,6 +150,7 @@ async def tcp_served(
     token = secrets.token_hex(24)
     token_file = tmp_path / "token"
     token_file.write_text(token)
+    token_file.chmod(0o600)
     server = f'tcp = "127.0.0.1:{port}"\ntoken_file = "{token_file}"\n' + more
     config = write_config(short_dir, workspace, server=server)
     served = Served(config, short_dir, home, nofile=nofile)

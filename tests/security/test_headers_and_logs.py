@@ -51,6 +51,7 @@ async def test_a_token_with_a_stray_byte_gets_a_json_4xx_and_reaches_no_log(
     token = secrets.token_hex(24).encode()
     token_file = tmp_path / "token"
     token_file.write_bytes(token)
+    token_file.chmod(0o600)
     workspace, home = tmp_path / "ws", tmp_path / "home"
     workspace.mkdir()
     home.mkdir()

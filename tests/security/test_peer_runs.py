@@ -331,6 +331,7 @@ def token() -> str:
 def token_file(tmp_path: Path, token: str) -> Path:
     path = tmp_path / "token"
     path.write_text(token + "\n")
+    path.chmod(0o600)  # the daemon's uid alone: what a run of that uid can still read
     return path
 
 
