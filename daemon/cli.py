@@ -16,6 +16,7 @@ import asyncio
 import errno
 import importlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -83,7 +84,7 @@ def write_dev_config(workspace: str, claude: str) -> str:
     """
     root = os.path.abspath(os.path.expanduser(workspace))
     if not os.path.isdir(root):
-        raise ConfigError("codelegate dev-config", "--workspace", f"{root} is not a directory")
+        raise ConfigError("dev-config", "--workspace", f"{root} is not a directory")
     cli = shutil.which(claude) or claude
     config = development_config(root, os.path.abspath(cli) if os.sep in cli else cli, state_dir())
     path = dev_config_path()
@@ -120,6 +121,17 @@ def _refuse_while_served(config: Config, path: str) -> None:
         raise ServerError(f"{path} is left as it is: {exc}") from None
 
 
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (argparse says which option it was for)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected seconds (0 or more), got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codelegate", description="Delegate coding tasks to Claude Code, with live cards."
@@ -131,7 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     serve.add_argument(
-        "--drain", type=float, help="seconds runs may finish on SIGTERM before they are cancelled"
+        "--drain",
+        type=_seconds,
+        help="seconds runs may finish on SIGTERM before they are cancelled",
     )
     translate = sub.add_parser("translate", help="stream-json transcript → frames (NDJSON)")
     translate.add_argument("file", help="a transcript file, or - for stdin")

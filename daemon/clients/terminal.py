@@ -390,6 +390,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--model", help="a model the operator allows")
     else:
         parser.description = "Follow runs already started."
+        # Parsed by daemon/clients/fleet.py, which daemon/cli.py hands a --redis call to.
+        parser.epilog = (
+            "--redis URL [--prefix P] [--new]: follow every daemon of a fleet through Redis "
+            "instead of one daemon's socket (README: Running a fleet)."
+        )
         group = parser.add_mutually_exclusive_group()
         group.add_argument("run", nargs="?", help="a run id (default: every run)")
         group.add_argument("--all", action="store_true", help="every run (the default)")

@@ -281,3 +281,28 @@ def test_doctor_says_whether_the_cli_is_the_pinned_version(
     assert doctor(str(config), {}) == 0  # a warning, not a problem: the operator may test it
     out = capsys.readouterr().out
     assert f"claude version: 9.0.1 -- WARNING: not the pinned {CLAUDE_CODE_VERSION}" in out
+
+
+@pytest.mark.parametrize("drain", ["-1", "nan", "inf", "soon"])
+def test_serve_refuses_a_drain_that_is_not_a_finite_number_of_seconds(
+    drain: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--drain", drain])
+    assert exited.value.code == 2
+    assert f"expected seconds (0 or more), got {drain!r}" in capsys.readouterr().err
+
+
+def test_watch_help_names_the_fleet_options_it_hands_on(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["watch", "--help"])
+    assert "--redis URL [--prefix P] [--new]" in capsys.readouterr().out
+
+
+def test_a_dev_config_error_is_prefixed_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dev-config", "--workspace", str(tmp_path / "nx")]) == 2
+    assert capsys.readouterr().err == (
+        f"codelegate: dev-config: --workspace: {tmp_path / 'nx'} is not a directory\n"
+    )
