@@ -373,8 +373,17 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     where = [f"unix:{handle.socket_path}"]
     if handle.tcp_port is not None:
         where.append(f"tcp:{config.server.tcp}")
-    _log.info("listening", on=where, cli_version=handle.app[STATE].cli_version)
+    version = handle.app[STATE].cli_version
+    _log.info("listening", on=where, cli_version=version)
     logs.say(f"codelegate listening on {', '.join(where)}")
+    if version is None:
+        # Serving all the same (the CLI may be installed or mended while it runs), but every run
+        # would fail to start until then: said now, not at the first run.
+        _log.warning("cli_not_answering", path=config.claude.path)
+        logs.say(
+            f"codelegate: warning: {config.claude.path} does not answer --version: runs will "
+            "fail to start (codelegate doctor tells why)"
+        )
     # Everything allocated so far (modules, config, the app) lives as long as the daemon: keep
     # it out of the collector's scans, whose full passes otherwise pause the fan-out for tens
     # of milliseconds (bench/RESULTS.md).

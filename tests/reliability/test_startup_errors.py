@@ -186,3 +186,21 @@ def _both_refuse(
     assert [line for line in served.stderr.splitlines() if line.startswith("codelegate")] == [
         f"codelegate: {said}: Permission denied"
     ]
+
+
+async def test_a_daemon_whose_cli_does_not_answer_serves_and_says_so_at_start(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no-claude")
+    config = write_config(short_dir, workspace, claude=missing)
+    home = tmp_path / "home"
+    await asyncio.to_thread(home.mkdir)
+    served = Served(config, short_dir, home)
+    await served.start()  # it serves: the CLI may be installed while it runs
+    try:
+        status, health = await served.json("GET", "/healthz")
+        assert (status, health["cli_version"]) == (200, None)
+    finally:
+        assert await served.stop() == 0
+    said = [line for line in served.log.read_text().splitlines() if line.startswith("codelegate")]
+    assert f"codelegate: warning: {missing} does not answer --version" in "\n".join(said)
