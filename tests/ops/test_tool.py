@@ -379,6 +379,79 @@ async def test_without_its_frames_the_tool_still_returns_the_result(
     assert result["session_id"] == SESSION
 
 
+def _dropped(fake: FakeDaemon) -> None:
+    """A daemon that goes away mid-run: the POST answers its headers and hangs up, the events
+    stream gives a card naming the session and ends, again and again, with no run_result."""
+
+    async def post_run(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={tool.RUN_ID_HEADER: RUN_ID})
+        await response.prepare(request)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        if request.query.get("after") == "0":
+            await response.write(_ndjson({**CARD, "child_session_id": SESSION}))
+        await response.write_eof()
+        return response
+
+    fake.post_run, fake.events = post_run, events
+
+
+async def test_a_daemon_gone_mid_run_is_unreachable_not_cancelled_and_keeps_the_session(
+    fake_daemon: FakeDaemon,
+) -> None:
+    _dropped(fake_daemon)
+    result = await asyncio.to_thread(
+        tool.call_run, {"task": "x"}, fake_daemon.socket, cancelled=lambda: False, poll_s=0.01
+    )
+    assert result["status"] == "failed"
+    assert result["error_code"] == "daemon_unreachable"
+    assert "went away" in result["error"]
+    assert (result["run_id"], result["session_id"]) == (RUN_ID, SESSION)
+    assert fake_daemon.cancelled == []  # nobody stopped it
+
+
+async def test_a_daemon_back_before_the_tool_asks_has_the_last_word_on_the_run(
+    fake_daemon: FakeDaemon,
+) -> None:
+    _dropped(fake_daemon)
+    interrupted = {**FINAL, "status": "interrupted", "error": "the daemon stopped"}
+    fake_daemon.states[RUN_ID] = {"status": "interrupted", "result": interrupted}
+    result = await asyncio.to_thread(tool.call_run, {"task": "x"}, fake_daemon.socket)
+    assert result["status"] == "interrupted"
+    assert (result["run_id"], result["session_id"]) == (RUN_ID, SESSION)
+
+
+async def test_a_stop_whose_cancelled_result_never_comes_keeps_the_session(
+    fake_daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    headers_sent, never = threading.Event(), asyncio.Event()
+
+    async def post_run(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={tool.RUN_ID_HEADER: RUN_ID})
+        await response.prepare(request)
+        headers_sent.set()
+        await never.wait()
+        return response
+
+    fake_daemon.post_run = post_run
+    fake_daemon.events = _stream({**CARD, "child_session_id": SESSION}, hold=never)
+    # How long the tool gives the daemon's cancelled result; it never comes here.
+    monkeypatch.setattr(tool_follow, "CANCEL_WAIT_S", 0.05)
+    monkeypatch.setattr(tool, "CANCEL_WAIT_S", 0.05)
+    result = await asyncio.to_thread(
+        tool.call_run, {"task": "x"}, fake_daemon.socket, cancelled=headers_sent.is_set
+    )
+    never.set()
+    assert fake_daemon.cancelled[:1] == [RUN_ID]
+    assert result["status"] == "cancelled"
+    assert (result["run_id"], result["session_id"]) == (RUN_ID, SESSION)
+
+
 async def test_health(fake_daemon: FakeDaemon, short_dir: Path) -> None:
     assert await asyncio.to_thread(tool.health, fake_daemon.socket)
     assert await asyncio.to_thread(tool.main, ["health", fake_daemon.socket]) == 0
