@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from codelegate.daemon.clients import tool, tool_follow
+from codelegate.daemon.clients import tool, tool_follow, tool_stream
 from codelegate.daemon.clients.tool import ClaudeCode, claude_code
 
 from .conftest import FakeDaemon
@@ -450,6 +451,25 @@ async def test_a_stop_whose_cancelled_result_never_comes_keeps_the_session(
     assert fake_daemon.cancelled[:1] == [RUN_ID]
     assert result["status"] == "cancelled"
     assert (result["run_id"], result["session_id"]) == (RUN_ID, SESSION)
+
+
+def test_a_stream_the_daemon_resets_mid_way_ends_as_at_eof(short_dir: Path) -> None:
+    """A daemon killed with part of our request unread resets the socket: the frames it sent
+    still come, then the stream is over (the follower reconnects or finds the daemon gone)."""
+    path = str(short_dir / "reset.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        stream = tool_stream.EventStream(path, RUN_ID, 0, 5.0)
+        try:
+            peer, _ = server.accept()
+            peer.recv(8)  # the rest of the request stays unread: close() resets
+            peer.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _ndjson(CARD))
+            peer.close()
+            assert stream.frames(5.0) == [CARD]
+            assert stream.frames(5.0) is None
+        finally:
+            stream.close()
 
 
 async def test_health(fake_daemon: FakeDaemon, short_dir: Path) -> None:
