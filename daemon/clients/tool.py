@@ -14,7 +14,8 @@ It starts the run over the daemon's Unix socket (``wait: true``: that connection
 lifeline, hanging it up cancels the run), follows the run's NDJSON frames and relays each one
 into the agent's IO, so O Chat and the Work Room show the cards while Claude Code works. A Stop
 (the agent's, or one aimed at this invocation) cancels the run by name; the result then is the
-daemon's ``cancelled`` one, with the session id to resume.
+daemon's ``cancelled`` one, with the session id to resume. A daemon that goes away mid-run is
+``failed``/``daemon_unreachable``, never ``cancelled``, with the run and session ids (tool_result).
 """
 
 from __future__ import annotations
