@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from codelegate.daemon.clients import tool, tool_follow, tool_stream
+from codelegate.daemon.clients import tool, tool_follow, tool_stream, tool_wait
 from codelegate.daemon.clients.tool import ClaudeCode, claude_code
 
 from .conftest import FakeDaemon
@@ -470,6 +470,32 @@ def test_a_stream_the_daemon_resets_mid_way_ends_as_at_eof(short_dir: Path) -> N
             assert stream.frames(5.0) is None
         finally:
             stream.close()
+
+
+async def test_a_wait_for_an_answer_ends_when_the_daemon_goes_away(
+    fake_daemon: FakeDaemon,
+) -> None:
+    """The daemon dies while a person is asked: the request died with it, so the wait ends
+    (nothing posted, nothing cancelled) and the tool goes on to find the daemon gone."""
+
+    async def gone(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        os.unlink(fake_daemon.socket)  # nothing listens there any more
+        await response.write_eof()
+        return response
+
+    fake_daemon.events = gone
+    closed = threading.Event()
+    frame = {"run_id": RUN_ID, "request_id": "req-1", "seq": 3}
+    event = {"type": "approval_needed", "id": "req-1"}
+    watch = tool_wait.Watch(
+        fake_daemon.socket, frame, event, lambda _: closed.set(), None, 0.01, None
+    )
+    with watch:
+        assert await asyncio.to_thread(closed.wait, 10)
+    assert watch.over == "resolved"
+    assert fake_daemon.cancelled == []
 
 
 async def test_health(fake_daemon: FakeDaemon, short_dir: Path) -> None:
