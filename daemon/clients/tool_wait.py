@@ -105,12 +105,12 @@ class Watch:
 
     def _watch(self) -> None:
         after = self._after
-        for attempt in range(_RECONNECTS + 1):
+        for _ in range(_RECONNECTS + 1):
             try:
                 stream = EventStream(self._path, self._run_id, after, CONNECT_TIMEOUT_S)
-            except OSError:
-                if attempt:
-                    # The stream ended and the daemon is gone: so is the request. The tool's
+            except OSError as exc:
+                if isinstance(exc, ConnectionError | FileNotFoundError):
+                    # No daemon listens (any more): the request went with it. The tool's
                     # follower finds the daemon gone too and says so (tool_result.lost).
                     self._end("resolved")
                 # Else nothing to watch with: the wait goes on as it would without a watch.
@@ -130,7 +130,9 @@ class Watch:
                         if self._ends(frame):
                             self._end("resolved")
                             return
-            except StreamRefused:
+            except StreamRefused as refused:
+                if refused.status == 0:  # it hung up before any answer: the daemon went away
+                    self._end("resolved")
                 return
             finally:
                 stream.close()

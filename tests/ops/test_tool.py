@@ -487,15 +487,40 @@ async def test_a_wait_for_an_answer_ends_when_the_daemon_goes_away(
 
     fake_daemon.events = gone
     closed = threading.Event()
-    frame = {"run_id": RUN_ID, "request_id": "req-1", "seq": 3}
-    event = {"type": "approval_needed", "id": "req-1"}
-    watch = tool_wait.Watch(
-        fake_daemon.socket, frame, event, lambda _: closed.set(), None, 0.01, None
-    )
-    with watch:
+    with _request_watch(fake_daemon.socket, closed) as watch:
         assert await asyncio.to_thread(closed.wait, 10)
     assert watch.over == "resolved"
     assert fake_daemon.cancelled == []
+
+
+def test_a_wait_for_an_answer_ends_when_the_daemon_is_gone_before_its_watch_starts(
+    short_dir: Path,
+) -> None:
+    closed = threading.Event()
+    with _request_watch(str(short_dir / "gone.sock"), closed) as watch:
+        assert closed.wait(10)
+    assert watch.over == "resolved"
+
+
+def test_a_wait_for_an_answer_ends_when_the_daemon_hangs_up_on_its_watch_unanswered(
+    short_dir: Path,
+) -> None:
+    path, closed = str(short_dir / "dying.sock"), threading.Event()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        with _request_watch(path, closed) as watch:
+            peer, _ = server.accept()
+            peer.close()  # killed before it answered the watch's request
+            assert closed.wait(10)
+    assert watch.over == "resolved"
+
+
+def _request_watch(path: str, closed: threading.Event) -> tool_wait.Watch:
+    """The watch of a person's answer to request ``req-1``; its closing answer sets ``closed``."""
+    frame = {"run_id": RUN_ID, "request_id": "req-1", "seq": 3}
+    event = {"type": "approval_needed", "id": "req-1"}
+    return tool_wait.Watch(path, frame, event, lambda _: closed.set(), None, 0.01, None)
 
 
 async def test_health(fake_daemon: FakeDaemon, short_dir: Path) -> None:
