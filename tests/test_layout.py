@@ -33,6 +33,7 @@ STDLIB_ONLY = (
     "codelegate.daemon.clients.tool_approve",
     "codelegate.daemon.clients.tool_stream",
     "codelegate.daemon.clients.tool_wait",
+    "codelegate.daemon.clients.tool_result",
     "codelegate.daemon.clients.unix_http",
 )
 AIOHTTP_ALLOWED = ("codelegate.daemon.serving", "codelegate.daemon.clients.terminal")

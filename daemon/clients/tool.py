@@ -14,7 +14,8 @@ It starts the run over the daemon's Unix socket (``wait: true``: that connection
 lifeline, hanging it up cancels the run), follows the run's NDJSON frames and relays each one
 into the agent's IO, so O Chat and the Work Room show the cards while Claude Code works. A Stop
 (the agent's, or one aimed at this invocation) cancels the run by name; the result then is the
-daemon's ``cancelled`` one, with the session id to resume.
+daemon's ``cancelled`` one, with the session id to resume. A daemon that goes away mid-run is
+``failed``/``daemon_unreachable``, never ``cancelled``, with the run and session ids (tool_result).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ from typing import Any, Final, Literal, get_args
 
 from codelegate.daemon.clients.tool_approve import Approve, Approver
 from codelegate.daemon.clients.tool_follow import CANCEL_WAIT_S, Relay, follow
+from codelegate.daemon.clients.tool_result import (
+    decode_answer,
+    envelope,
+    error_result,
+    lost,
+    stopped,
+)
 from codelegate.daemon.clients.unix_http import UnixHTTPConnection, post_json
 
 Mode = Literal["safe", "accept_edits", "plan", "auto"]
@@ -43,8 +51,6 @@ RUN_ID_HEADER: Final = "X-Codelegate-Run-Id"
 INVOCATION_PREFIX: Final = "claude_code:"
 # How often a waiting call looks at the agent's Stop; it costs one select() per tick.
 _POLL_S: Final = 0.25
-# Statuses the daemon answers with before a run starts: the request itself was refused.
-_REFUSED: Final = frozenset({400, 403, 404, 409, 413, 429})
 
 
 def state_dir() -> str:
@@ -136,7 +142,7 @@ def delegate(
 ) -> dict[str, Any]:
     """One delegated run, followed to its end; the envelope as a dict (see the module doc)."""
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        return _error_result("refused", "bad_request", "timeout must be a positive number")
+        return error_result("refused", "bad_request", "timeout must be a positive number")
     body: dict[str, Any] = {
         "task": prompt,
         # The daemon runs elsewhere (its own cwd): "" or relative means where this agent works.
@@ -179,6 +185,7 @@ def call_run(
     """
     conn = UnixHTTPConnection(path)
     run_id = ""
+    relay = relay or Relay(None)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     stop = _Stop(cancelled, deadline) if cancelled is not None or deadline is not None else None
     try:
@@ -195,13 +202,12 @@ def call_run(
         if sock is None:
             raise http.client.NotConnected("no socket after sending the request")
         if _wait_readable(sock, stop, poll_s) and not _readable_now(sock):
-            # Stopped before the daemon even answered: hanging up is the cancel.
-            return _hung_up(conn, "", stop)
+            conn.close()  # stopped before the daemon even answered: hanging up is the cancel
+            return stopped("", "", stop is not None and stop.timed_out)
         response = conn.getresponse()
         run_id = response.getheader(RUN_ID_HEADER) or ""
         if not run_id:
-            return _envelope(_decode_answer(response.status, response.read()))
-        relay = relay or Relay(None)
+            return envelope(decode_answer(response.status, response.read()))
         relay.bind(stop, poll_s)
         relay.prompt(run_id, str(body.get("task", "")), body.get("parent"))
         final = follow(path, run_id, relay, stop, poll_s, _post_cancel)
@@ -211,20 +217,24 @@ def call_run(
         # The same result is the body of the POST: read it, so the daemon's answer completes.
         sock.settimeout(CANCEL_WAIT_S)
         try:
-            answer = _decode_answer(response.status, response.read())
+            answer = decode_answer(response.status, response.read())
         except (OSError, http.client.HTTPException):
             answer = None
         if answer is not None and answer.get("run_id") == run_id:
             final = answer
+        if final is None and stop is not None and stop.stopped:
+            conn.close()  # which cancels the run, if the daemon did not take the cancel
+            return stopped(run_id, relay.session_id, stop.timed_out)
         if final is None:
-            return _hung_up(conn, run_id, stop)
-        result = _envelope(final)
+            # Nobody stopped it: the daemon went away. Not "cancelled": that is the user's word.
+            return lost(path, run_id, relay.session_id)
+        result = envelope(final)
         if stop is not None and stop.timed_out and result["status"] == "cancelled":
             result["status"] = "timeout"
             result["error"] = f"Claude Code timed out after {timeout_s:g}s" + (
                 "; resume its session_id to go on" if result["session_id"] else ""
             )
-        if relay is not None and relay.failures:
+        if relay.failures:
             result["relay_failures"] = relay.failures
         return result
     except KeyboardInterrupt:
@@ -233,9 +243,9 @@ def call_run(
             _post_cancel(path, run_id)
         raise
     except (OSError, http.client.HTTPException) as exc:
-        error = _error_result("failed", "daemon_unreachable", unreachable(exc, path))
-        error["run_id"] = run_id or None
-        return error
+        if run_id:  # the run started: the daemon went away under it
+            return lost(path, run_id, relay.session_id)
+        return error_result("failed", "daemon_unreachable", unreachable(exc, path))
     finally:
         conn.close()
 
@@ -295,40 +305,8 @@ def _readable_now(sock: socket.socket) -> bool:
     return bool(readable)
 
 
-def _hung_up(conn: UnixHTTPConnection, run_id: str, stop: _Stop | None) -> dict[str, Any]:
-    """No final word from the daemon: hang up (which cancels a waiting run) and say so."""
-    conn.close()
-    timed_out = stop is not None and stop.timed_out
-    result = _error_result(
-        "timeout" if timed_out else "cancelled",
-        "timeout" if timed_out else "cancelled",
-        "the run was stopped before the daemon reported its result",
-    )
-    result["run_id"] = run_id or None
-    return result
-
-
 def _post_cancel(path: str, run_id: str) -> bool:
     return post_json(path, f"/v1/runs/{run_id}/cancel")[0] in (200, 202)
-
-
-def _decode_answer(status: int, raw: bytes) -> dict[str, Any]:
-    """The daemon's answer as a result dict; errors become ``refused``/``failed`` dicts."""
-    try:
-        data = json.loads(raw) if raw else {}
-    except ValueError:
-        data = None
-    if 200 <= status < 300 and isinstance(data, dict) and "status" in data:
-        return data
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict):
-        code = str(error.get("code", "http_error"))
-        message = str(error.get("message", ""))
-    else:
-        code, message = "http_error", f"unexpected answer from the daemon (HTTP {status})"
-    result = _error_result("refused" if status in _REFUSED else "failed", code, message)
-    result["http_status"] = status
-    return result
 
 
 def unreachable(exc: BaseException, path: str) -> str:
@@ -350,29 +328,6 @@ def unreachable(exc: BaseException, path: str) -> str:
             f"(make run, or set {SOCKET_ENV} to the socket it serves)"
         )
     return f"{type(exc).__name__}: {exc} (socket {path}; set {SOCKET_ENV} to choose another)"
-
-
-def _envelope(final: dict[str, Any]) -> dict[str, Any]:
-    """ConnectOnion's envelope types: strings where it has strings, ``{}`` for no usage."""
-    result = dict(final)
-    result["provider"] = "claude_code"
-    result["session_id"] = final.get("session_id") or ""
-    result["resumed"] = bool(final.get("resumed"))
-    result["result"] = final.get("result") or ""
-    result["error"] = final.get("error") or ""
-    result["usage"] = final.get("usage") or {}
-    for key, empty in (("exit_code", None), ("total_cost_usd", None), ("run_id", None)):
-        result.setdefault(key, empty)
-    for key in ("files_changed", "permission_denials", "commands"):
-        result.setdefault(key, [])
-    result.setdefault("changes", "")
-    return result
-
-
-def _error_result(status: str, code: str, message: str) -> dict[str, Any]:
-    """A result dict of the usual shape for a run that never produced one."""
-    text = f"{code}: {message}"
-    return _envelope({"run_id": None, "status": status, "error": text, "error_code": code})
 
 
 def _parent_of(agent: Any) -> dict[str, str] | None:

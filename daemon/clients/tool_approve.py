@@ -15,8 +15,9 @@ the tool passed ``approve`` (called with the frame when there is nobody to ask; 
 an answer dict for the daemon). The call blocks while the person decides, as ConnectOnion's own
 tools do; a Stop that arrives meanwhile (``UserInterrupt``, or a ``PROVIDER_INTERRUPT`` taken as
 the answer) cancels the run, and so does the call's timeout. When the daemon ends the request
-first (its timeout, a cancel, another client's answer, the run's end), the wait ends with it
-(tool_wait): nothing is posted, the run goes on and the tool goes on following it.
+first (its timeout, a cancel, another client's answer, the run's end), or goes away, the wait
+ends with it (tool_wait): nothing is posted, and the tool goes on following the run (or finds the
+daemon gone and says so).
 """
 
 from __future__ import annotations

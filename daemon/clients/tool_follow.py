@@ -99,6 +99,9 @@ class Relay:
         self._print = printer if io is None and callable(printer) else None
         self._acknowledged = False
         self.failures = 0
+        # The run's session as its frames name it: what the tool still has to give the model
+        # when the daemon goes away before its result (tool_result.lost).
+        self.session_id = ""
 
     def bind(self, stop: Callable[[], bool] | None, poll_s: float) -> None:
         """The call's Stop and timeout, for the approver to look at while it waits."""
@@ -107,6 +110,9 @@ class Relay:
 
     def frame(self, frame: dict[str, Any]) -> None:
         """Relay one daemon frame (daemon-only frames are not Agent IO events)."""
+        session = frame.get("child_session_id")
+        if isinstance(session, str) and session:
+            self.session_id = session
         kind = frame.get("type")
         if kind in DAEMON_ONLY or not isinstance(kind, str):
             return

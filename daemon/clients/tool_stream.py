@@ -64,6 +64,10 @@ class EventStream:
             data = self._sock.recv(_READ)
         except BlockingIOError:
             return []
+        except ConnectionError:
+            # A daemon killed with our request unread resets the socket: the stream ended, as
+            # at EOF (the reader reconnects, or finds the daemon gone).
+            data = b""
         if not data:
             self._eof = True
         self._buf += data

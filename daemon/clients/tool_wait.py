@@ -1,16 +1,16 @@
 """While the ``claude_code`` tool waits for a person's answer: seeing the request end without one.
 
-Standard library only, like :mod:`.tool`. The tool blocks in the agent IO's ``receive()`` (the
-way ConnectOnion's own tools wait). The daemon may end the request first: its approval timeout,
-a cancel, another client's answer, or the run's end. A :class:`Watch` sees that on its own
-connection (``GET /v1/runs/{id}/events?after=<the request's seq>``, on a thread, for as long as
-the tool waits), and sees the call's timeout and a Stop aimed at the invocation (the tool's
-``_Stop``, polled there). Either way it ends the wait by closing the request on the IO the way
-an answer does: ConnectOnion's ``answer_request`` with a deny naming the request. The blocked
-``receive()`` then returns that deny, which the tool knows not to post; and since ConnectOnion
-holds at most one request open and takes at most one answer for it, a late answer to the closed
-request is refused as stale, never delivered, so it cannot be taken for the answer to the next
-request nor left for the agent's own next ``receive()``.
+Standard library only, like :mod:`.tool`. The tool blocks in the agent IO's ``receive()`` (the way
+ConnectOnion's own tools wait). The daemon may end the request first: its approval timeout, a
+cancel, another client's answer, the run's end, or its own end (killed, it went away). A
+:class:`Watch` sees that on its own connection (``GET /v1/runs/{id}/events?after=<the request's
+seq>``, on a thread, for as long as the tool waits), and sees the call's timeout and a Stop aimed at
+the invocation (the tool's ``_Stop``, polled there). Either way it ends the wait by closing the
+request on the IO the way an answer does: ConnectOnion's ``answer_request`` with a deny naming the
+request. The blocked ``receive()`` then returns that deny, which the tool knows not to post; and
+since ConnectOnion holds at most one request open and takes at most one answer for it, a late answer
+to the closed request is refused as stale, never delivered, so it cannot be taken for the answer to
+the next request nor left for the agent's own next ``receive()``.
 
 Why not ``WebSocketIO.receive_interruptibly(event)``: it stops the wait, but leaves the request
 open in ConnectOnion, so a late answer still lands in the mailbox, and ConnectOnion's
@@ -60,9 +60,9 @@ def closer_of(io: Any) -> Close | None:
 class Watch:
     """One request's watch, for the time the tool waits on it (a context manager).
 
-    ``over`` says why the wait was ended for it: ``resolved`` (the daemon ended the request or
-    the run: post nothing, cancel nothing) or ``stopped`` (the call's timeout or a Stop the
-    poll took: cancel the run). None: an answer (or the IO's own Stop) ended the wait.
+    ``over`` says why the wait was ended for it: ``resolved`` (the daemon ended the request or the
+    run, or went away: post nothing, cancel nothing) or ``stopped`` (the call's timeout or a Stop
+    the poll took: cancel the run). None: an answer (or the IO's own Stop) ended the wait.
     """
 
     def __init__(
@@ -108,8 +108,13 @@ class Watch:
         for _ in range(_RECONNECTS + 1):
             try:
                 stream = EventStream(self._path, self._run_id, after, CONNECT_TIMEOUT_S)
-            except OSError:
-                return  # nothing to watch with: the wait goes on as it would without a watch
+            except OSError as exc:
+                if isinstance(exc, ConnectionError | FileNotFoundError):
+                    # No daemon listens (any more): the request went with it. The tool's
+                    # follower finds the daemon gone too and says so (tool_result.lost).
+                    self._end("resolved")
+                # Else nothing to watch with: the wait goes on as it would without a watch.
+                return
             try:
                 while not self._done.is_set():
                     if self._stop is not None and self._stop():
@@ -125,7 +130,9 @@ class Watch:
                         if self._ends(frame):
                             self._end("resolved")
                             return
-            except StreamRefused:
+            except StreamRefused as refused:
+                if refused.status == 0:  # it hung up before any answer: the daemon went away
+                    self._end("resolved")
                 return
             finally:
                 stream.close()

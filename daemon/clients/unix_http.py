@@ -33,11 +33,16 @@ def post_json(path: str, url: str, body: Any = None) -> tuple[int, Any]:
 
     ``(0, None)`` when the daemon could not be reached or did not answer in JSON.
     """
+    return request_json(path, "POST", url, body)
+
+
+def request_json(path: str, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    """``method`` ``url`` with ``body`` (JSON; none when None); as :func:`post_json` answers."""
     conn = UnixHTTPConnection(path)
     try:
         data = b"" if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request("POST", url, body=data, headers=headers)
+        conn.request(method, url, body=data, headers=headers)
         response = conn.getresponse()
         raw = response.read()
         try:

@@ -5,15 +5,21 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from codelegate.daemon.clients import tool as thin_tool
 from tests.contract.ochat import Show
-from tests.e2e.conftest import E2E, frames_until, is_run_result
+from tests.e2e.conftest import E2E, frames_until, is_run_result, workspace_tree
+from tests.polling import until
 from tests.procfs import marked_processes
-from tests.stub.anthropic import Turn, text, tool
+from tests.reliability.served import Served, write_config
+from tests.stub.anthropic import Stub, Turn, serve_stub, text, tool
+from tests.stub.claude import API_KEY
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +64,17 @@ class FakeAgent:
 
     def __init__(self, tool_call_id: str) -> None:
         self.current_session = {"_active_tool_call_id": tool_call_id, "session_id": "agent-1"}
+
+
+class LoggingAgent:
+    """An agent whose IO only logs: the kinds of frame the tool relayed to it so far."""
+
+    def __init__(self) -> None:
+        self.io = self
+        self.relayed: list[str] = []
+
+    def log(self, kind: str, **fields: Any) -> None:
+        self.relayed.append(kind)
 
 
 async def call_tool(
@@ -193,3 +210,108 @@ async def test_a_bound_mode_the_operator_did_not_allow_is_refused(
     assert result["status"] == "refused"
     assert result["error_code"] == "mode_not_allowed"
     assert e2e.stub.requests == []
+
+
+@asynccontextmanager
+async def killable(
+    claude_bin: str, tmp_path: Path, short_dir: Path, extra: str = ""
+) -> AsyncIterator[tuple[Served, Stub, Path]]:
+    """``codelegate serve`` as a child process one can SIGKILL (``extra``: config sections), the
+    pinned CLI against a fresh stub, and the workspace."""
+    root, workspace, home = workspace_tree(tmp_path)
+    stub = Stub()
+    async with serve_stub(stub):
+        env = {
+            "LANG": "C.UTF-8",
+            "TMPDIR": str(home / "tmp"),
+            "ANTHROPIC_BASE_URL": stub.url,
+            "ANTHROPIC_API_KEY": API_KEY,
+        }
+        daemon = Served(write_config(short_dir, root, claude_bin, extra), short_dir, home, env)
+        await daemon.start()
+        try:
+            yield daemon, stub, workspace
+        finally:
+            await daemon.stop()
+
+
+@pytest.mark.slow
+async def test_a_daemon_killed_while_the_tool_waits_is_reported_gone_with_the_session_to_resume(
+    claude_bin: str, tmp_path: Path, short_dir: Path
+) -> None:
+    """SIGKILL of ``codelegate serve`` mid-run: the user did not stop anything, so the model must
+    not hear ``cancelled``; it hears that the daemon went away, with the run and the session it
+    can resume once the daemon is back."""
+    claude_code = thin_tool.ClaudeCode(socket=str(short_dir / "d.sock")).claude_code
+    async with killable(claude_bin, tmp_path, short_dir) as (daemon, stub, workspace):
+        stub.main.turns = [
+            tool("Read", file_path=str(workspace / "hello.py")),  # frames naming the session
+            Turn(text("never sent").blocks, hold=asyncio.Event()),
+            text("Back."),
+        ]
+        agent = LoggingAgent()
+        waiting = asyncio.create_task(
+            asyncio.to_thread(claude_code, "Think.", cwd=str(workspace), agent=agent)
+        )
+        await stub.wait_for_requests(2)  # the Read is done, the model thinks
+        await until(lambda: "tool_result" in agent.relayed, what="the Read's frames relayed")
+        await daemon.kill()
+        result = json.loads(await asyncio.wait_for(waiting, 60))
+
+        await daemon.start()  # the restart closes the run as interrupted
+        status, state = await daemon.json("GET", f"/v1/runs/{result['run_id']}")
+        resumed = json.loads(
+            await asyncio.to_thread(
+                claude_code, "Go on.", session_id=result["session_id"], cwd=str(workspace)
+            )
+        )
+    assert result["status"] == "failed"
+    assert result["error_code"] == "daemon_unreachable"
+    assert "cancel" not in result["error"]
+    assert status == 200
+    assert state["status"] == "interrupted"
+    assert result["session_id"]
+    assert result["session_id"] == state["session_id"]
+    assert resumed["status"] == "completed"
+    assert resumed["resumed"] is True
+    assert resumed["result"] == "Back."
+
+
+@pytest.mark.slow
+async def test_a_daemon_killed_while_a_person_is_asked_ends_the_wait_and_keeps_the_session(
+    claude_bin: str, tmp_path: Path, short_dir: Path
+) -> None:
+    """The request died with the daemon: the tool stops waiting for its answer and reports the
+    daemon gone, with the session, instead of blocking until someone answers nothing."""
+    from connectonion.network.io import WebSocketIO
+
+    agent = LoggingAgent()
+    agent.io = io = WebSocketIO()
+    claude_code = thin_tool.ClaudeCode(socket=str(short_dir / "d.sock")).claude_code
+    extra = "[approvals]\nenabled = true\n"
+    async with killable(claude_bin, tmp_path, short_dir, extra) as (daemon, stub, workspace):
+        stub.main.turns = [
+            tool("Read", file_path=str(workspace / "hello.py")),  # frames naming the session
+            tool("Bash", command="touch ../outside.txt", description="Touch"),  # asked
+        ]
+        waiting = asyncio.create_task(
+            asyncio.to_thread(claude_code, "Touch it.", cwd=str(workspace), agent=agent)
+        )
+        try:
+            await until(
+                lambda: any(m.get("type") == "approval_needed" for m in io._msgs_from_agent),
+                30,
+                "the request put to the agent's IO",
+            )
+            await daemon.kill()
+            result = json.loads(await asyncio.wait_for(asyncio.shield(waiting), 60))
+        finally:
+            if not waiting.done():  # let the tool's thread go, the test has failed already
+                io.answer_request({"type": "APPROVAL_RESPONSE", "approved": False})
+                await asyncio.wait_for(waiting, 60)
+        await daemon.start()
+        _, state = await daemon.json("GET", f"/v1/runs/{result['run_id']}")
+    assert (result["status"], result["error_code"]) == ("failed", "daemon_unreachable")
+    assert result["session_id"] == state["session_id"]
+    assert result["session_id"]
+    assert not (workspace.parent / "outside.txt").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from codelegate.daemon.clients import tool, tool_follow
+from codelegate.daemon.clients import tool, tool_follow, tool_stream, tool_wait
 from codelegate.daemon.clients.tool import ClaudeCode, claude_code
 
 from .conftest import FakeDaemon
@@ -377,6 +378,149 @@ async def test_without_its_frames_the_tool_still_returns_the_result(
     result = await asyncio.to_thread(tool.call_run, {"task": "x"}, fake_daemon.socket)
     assert result["status"] == "completed"
     assert result["session_id"] == SESSION
+
+
+def _dropped(fake: FakeDaemon) -> None:
+    """A daemon that goes away mid-run: the POST answers its headers and hangs up, the events
+    stream gives a card naming the session and ends, again and again, with no run_result."""
+
+    async def post_run(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={tool.RUN_ID_HEADER: RUN_ID})
+        await response.prepare(request)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        if request.query.get("after") == "0":
+            await response.write(_ndjson({**CARD, "child_session_id": SESSION}))
+        await response.write_eof()
+        return response
+
+    fake.post_run, fake.events = post_run, events
+
+
+async def test_a_daemon_gone_mid_run_is_unreachable_not_cancelled_and_keeps_the_session(
+    fake_daemon: FakeDaemon,
+) -> None:
+    _dropped(fake_daemon)
+    result = await asyncio.to_thread(
+        tool.call_run, {"task": "x"}, fake_daemon.socket, cancelled=lambda: False, poll_s=0.01
+    )
+    assert result["status"] == "failed"
+    assert result["error_code"] == "daemon_unreachable"
+    assert "went away" in result["error"]
+    assert (result["run_id"], result["session_id"]) == (RUN_ID, SESSION)
+    assert fake_daemon.cancelled == []  # nobody stopped it
+
+
+async def test_a_daemon_back_before_the_tool_asks_has_the_last_word_on_the_run(
+    fake_daemon: FakeDaemon,
+) -> None:
+    _dropped(fake_daemon)
+    interrupted = {**FINAL, "status": "interrupted", "error": "the daemon stopped"}
+    fake_daemon.states[RUN_ID] = {"status": "interrupted", "result": interrupted}
+    result = await asyncio.to_thread(tool.call_run, {"task": "x"}, fake_daemon.socket)
+    assert result["status"] == "interrupted"
+    assert (result["run_id"], result["session_id"]) == (RUN_ID, SESSION)
+
+
+async def test_a_stop_whose_cancelled_result_never_comes_keeps_the_session(
+    fake_daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    headers_sent, never = threading.Event(), asyncio.Event()
+
+    async def post_run(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={tool.RUN_ID_HEADER: RUN_ID})
+        await response.prepare(request)
+        headers_sent.set()
+        await never.wait()
+        return response
+
+    fake_daemon.post_run = post_run
+    fake_daemon.events = _stream({**CARD, "child_session_id": SESSION}, hold=never)
+    # How long the tool gives the daemon's cancelled result; it never comes here.
+    monkeypatch.setattr(tool_follow, "CANCEL_WAIT_S", 0.05)
+    monkeypatch.setattr(tool, "CANCEL_WAIT_S", 0.05)
+    result = await asyncio.to_thread(
+        tool.call_run, {"task": "x"}, fake_daemon.socket, cancelled=headers_sent.is_set
+    )
+    never.set()
+    assert fake_daemon.cancelled[:1] == [RUN_ID]
+    assert result["status"] == "cancelled"
+    assert (result["run_id"], result["session_id"]) == (RUN_ID, SESSION)
+
+
+def test_a_stream_the_daemon_resets_mid_way_ends_as_at_eof(short_dir: Path) -> None:
+    """A daemon killed with part of our request unread resets the socket: the frames it sent
+    still come, then the stream is over (the follower reconnects or finds the daemon gone)."""
+    path = str(short_dir / "reset.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        stream = tool_stream.EventStream(path, RUN_ID, 0, 5.0)
+        try:
+            peer, _ = server.accept()
+            peer.recv(8)  # the rest of the request stays unread: close() resets
+            peer.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _ndjson(CARD))
+            peer.close()
+            assert stream.frames(5.0) == [CARD]
+            assert stream.frames(5.0) is None
+        finally:
+            stream.close()
+
+
+async def test_a_wait_for_an_answer_ends_when_the_daemon_goes_away(
+    fake_daemon: FakeDaemon,
+) -> None:
+    """The daemon dies while a person is asked: the request died with it, so the wait ends
+    (nothing posted, nothing cancelled) and the tool goes on to find the daemon gone."""
+
+    async def gone(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        os.unlink(fake_daemon.socket)  # nothing listens there any more
+        await response.write_eof()
+        return response
+
+    fake_daemon.events = gone
+    closed = threading.Event()
+    with _request_watch(fake_daemon.socket, closed) as watch:
+        assert await asyncio.to_thread(closed.wait, 10)
+    assert watch.over == "resolved"
+    assert fake_daemon.cancelled == []
+
+
+def test_a_wait_for_an_answer_ends_when_the_daemon_is_gone_before_its_watch_starts(
+    short_dir: Path,
+) -> None:
+    closed = threading.Event()
+    with _request_watch(str(short_dir / "gone.sock"), closed) as watch:
+        assert closed.wait(10)
+    assert watch.over == "resolved"
+
+
+def test_a_wait_for_an_answer_ends_when_the_daemon_hangs_up_on_its_watch_unanswered(
+    short_dir: Path,
+) -> None:
+    path, closed = str(short_dir / "dying.sock"), threading.Event()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        with _request_watch(path, closed) as watch:
+            peer, _ = server.accept()
+            peer.close()  # killed before it answered the watch's request
+            assert closed.wait(10)
+    assert watch.over == "resolved"
+
+
+def _request_watch(path: str, closed: threading.Event) -> tool_wait.Watch:
+    """The watch of a person's answer to request ``req-1``; its closing answer sets ``closed``."""
+    frame = {"run_id": RUN_ID, "request_id": "req-1", "seq": 3}
+    event = {"type": "approval_needed", "id": "req-1"}
+    return tool_wait.Watch(path, frame, event, lambda _: closed.set(), None, 0.01, None)
 
 
 async def test_health(fake_daemon: FakeDaemon, short_dir: Path) -> None:
