@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -108,7 +109,8 @@ def _as(uid: int, gids: list[int], umask: int, code: str, env: dict[str, str]) -
     return subprocess.run(
         [python, "-c", code],
         user=uid,
-        group=gids[0] if gids else uid,
+        # Without groups, its own primary group: its uid's number may be the shared group's gid.
+        group=gids[0] if gids else pwd.getpwuid(uid).pw_gid,
         extra_groups=gids,
         umask=umask,
         env={"PATH": os.environ["PATH"], **path, **env},
