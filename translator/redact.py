@@ -9,9 +9,10 @@ Two rules hold whatever the input, and are property-tested:
 Shapes (:mod:`translator.shapes`) are what any text may hold; a :class:`Redactor` adds the exact
 values a run is known to hold (the credentials the daemon passes to the CLI), with their base64,
 hex, JSON- and URL-escaped forms, whatever their shape, and applies the bounds
-(:mod:`translator.bounds`). Base64 and hex also count with spaces and line breaks anywhere in
-them, as encoding commands print them (``base64``, ``od -An -tx1``, ``xxd -p``). The
-module-level functions are those of the redactor that knows no values.
+(:mod:`translator.bounds`). A form with no space of its own (base64, hex, most values) also
+counts with spaces and line breaks anywhere in it, as encoding commands print it (``base64``
+wraps at 76 columns, ``xxd -p`` at 60, ``od -An -tx1`` spaces hex over lines). The module-level
+functions are those of the redactor that knows no values.
 """
 
 from __future__ import annotations
@@ -59,15 +60,9 @@ _FINAL_SIGMA: Final = "\u03c2"
 MIN_KNOWN_CHARS: Final = 8
 
 
-def _kept(forms: set[str]) -> set[str]:
-    # A form inside the mask itself would make masking grow without end.
-    return {form for form in forms if len(form) >= MIN_KNOWN_CHARS and form not in MASK}
-
-
-def wrapped_forms(values: Iterable[str]) -> frozenset[str]:
-    """The forms of ``values`` that encoding commands break over lines: base64 and lowercase hex
-    (a redactor matches hex in any case), and the value itself when it is ASCII with no space or
-    line break of its own (``fold``, ``od -An -c``).
+def known_forms(values: Iterable[str]) -> frozenset[str]:
+    """Every form of ``values`` a text may carry: as is, JSON- and URL-escaped, hex (also spaced
+    between bytes, as ``od -An -tx1`` prints a short value on one line), base64.
 
     Base64 is taken at each of the three alignments a value can have inside a longer encoded
     text (``Basic`` auth of ``user:token``, a config file dumped as base64), keeping only the
@@ -78,56 +73,34 @@ def wrapped_forms(values: Iterable[str]) -> frozenset[str]:
         if len(value) < MIN_KNOWN_CHARS:
             continue
         raw = value.encode("utf-8", "surrogatepass")
-        found = {raw.hex()}
-        if value.isascii() and not _BLANKS.intersection(value):
-            found.add(value)
+        found = {
+            value,
+            json.dumps(value)[1:-1],
+            json.dumps(value, ensure_ascii=False)[1:-1],
+            quote(value, safe=""),
+            raw.hex(),
+            raw.hex().upper(),
+            raw.hex(" "),
+            raw.hex(" ").upper(),
+        }
         for pad in range(3):
             encoded = base64.b64encode(b"\0" * pad + raw).decode()
             # Characters whose 6 bits all come from the value: from bit 8*pad to 8*(pad+n).
             inner = encoded[-(-8 * pad // 6) : (8 * pad + 8 * len(raw)) // 6]
             found.add(inner)
             found.add(inner.replace("+", "-").replace("/", "_"))
-        forms.update(_kept(found))
+        # A form inside the mask itself would make masking grow without end.
+        forms.update(form for form in found if len(form) >= MIN_KNOWN_CHARS and form not in MASK)
     return frozenset(forms)
 
 
-def known_forms(values: Iterable[str]) -> frozenset[str]:
-    """Every form of ``values`` a text may carry on one line: as is, JSON- and URL-escaped, hex
-    (also in capitals and spaced between bytes, as ``od -An -tx1`` prints it), base64."""
-    forms: set[str] = set(wrapped_forms(values))
-    for value in values:
-        if len(value) < MIN_KNOWN_CHARS:
-            continue
-        raw = value.encode("utf-8", "surrogatepass")
-        found = {
-            value,
-            json.dumps(value)[1:-1],
-            json.dumps(value, ensure_ascii=False)[1:-1],
-            quote(value, safe=""),
-            raw.hex().upper(),
-            raw.hex(" "),
-            raw.hex(" ").upper(),
-        }
-        forms.update(_kept(found))
-    return frozenset(forms)
-
-
-# What encoding commands put inside an encoded value: spaces between bytes, line breaks.
-_BLANKS: Final = frozenset(" \r\n")
-_GAP: Final = "[ \r\n]*"
-_HEX_DIGITS: Final = frozenset("abcdef")
+# What encoding commands put inside a form: spaces between bytes, line breaks.
+_SOLID: Final = re.compile(r"[^ \r\n]+")
 
 
 def _squeezed(low: str) -> str:
-    """``low`` without its spaces and line breaks: where a form they broke up is whole again."""
+    """``low`` without its spaces and line breaks: where a form they split is whole again."""
     return low.replace("\n", "").replace("\r", "").replace(" ", "")
-
-
-def _gapped(form: str, hex_case: bool) -> str:
-    """A pattern of ``form`` with any spaces and line breaks between its characters."""
-    return _GAP.join(
-        f"[{c}{c.upper()}]" if hex_case and c in _HEX_DIGITS else re.escape(c) for c in form
-    )
 
 
 class Redactor:
@@ -149,15 +122,12 @@ class Redactor:
         "_plain",
         "_sampled",
         "_step",
-        "_wrapped",
-        "_wrapped_forms",
         "screen",
         "text",
     )
 
     def __init__(self, known: Iterable[str] = ()) -> None:
-        values = tuple(known)
-        forms = known_forms(values)
+        forms = known_forms(known)
         self._keys: dict[str, tuple[str, bool]] = {}
         # The keys of ``_keys`` that are kept as they are, with their value: one lookup each
         # in clean_flat.
@@ -178,13 +148,6 @@ class Redactor:
         # Longest first, so that a value is masked whole rather than by a shorter form in it.
         ordered = sorted(forms, key=lambda form: (-len(form), form))
         self._known = re.compile("|".join(map(re.escape, ordered))) if forms else None
-        # Compiled when a text first needs it: most runs never print a wrapped credential.
-        hexes = {value.encode("utf-8", "surrogatepass").hex() for value in values}
-        self._wrapped_forms = tuple(
-            (form, form in hexes)
-            for form in sorted(wrapped_forms(values), key=lambda form: (-len(form), form))
-        )
-        self._wrapped: re.Pattern[str] | None = None
         # Plain functions in instance slots: no method binding on the hot path.
         self.text: Callable[[str], str] = self._text_known if forms else redact_text
         self.screen: Callable[[str], bool] = self._screen_known if forms else may_hold_a_secret
@@ -220,15 +183,35 @@ class Redactor:
         return False
 
     def _holds_any(self, low: str) -> bool:
-        """Whether the lowercased ``low`` holds a form of a known value, also one broken over
-        lines: a form spaced or wrapped is whole in ``low`` without its spaces and line breaks.
-        A text of one line holds a spaced form only as hex spaced between bytes (``od -An
-        -tx1`` of a short value), which is a form of its own."""
+        """Whether the lowercased ``low`` holds a form of a known value, also one that spaces and
+        line breaks split. Only a text of several lines is squeezed: on one line a command
+        spaces a value only as hex between bytes, which is a form of its own."""
         return self._holds_known(low) or ("\n" in low and self._holds_known(_squeezed(low)))
 
     def _screen_known(self, low: str) -> bool:
         """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
         return may_hold_a_secret(low) or self._holds_any(low)
+
+    def _mask_split(self, text: str, known: re.Pattern[str]) -> str:
+        """``text`` with each form that its spaces and line breaks split masked whole: found in
+        the text without them, and mapped back. A mask starts and ends on a character of the
+        form, so the line breaks around a value (and a cut marked after one) stay."""
+        runs = list(_SOLID.finditer(text))
+        starts: list[int] = []  # where each run starts in the squeezed text
+        at = 0
+        for run in runs:
+            starts.append(at)
+            at += run.end() - run.start()
+        out: list[str] = []
+        kept = 0
+        for found in known.finditer("".join(run.group() for run in runs)):
+            first = bisect_right(starts, found.start()) - 1
+            last = bisect_right(starts, found.end() - 1) - 1
+            out.append(text[kept : runs[first].start() + found.start() - starts[first]])
+            out.append(MASK)
+            kept = runs[last].start() + found.end() - starts[last]
+        out.append(text[kept:])
+        return "".join(out)
 
     def _masked_known(self, text: str, low: str) -> str:
         return self._text_known(text)
@@ -244,22 +227,12 @@ class Redactor:
         for _ in range(4):
             again = known.sub(MASK, text)
             if "\n" in again:
-                again = self._wrapped_pattern().sub(MASK, again)
+                again = self._mask_split(again, known)
             again = redact_text(again)
             if again == text:
                 return text
             text = again
         return MASK
-
-    def _wrapped_pattern(self) -> re.Pattern[str]:
-        """The wrapped forms with any spaces and line breaks between their characters (hex in
-        any case), longest first; it starts and ends on a character of the form, so that the
-        line breaks around a value (and a cut marked after one) are kept."""
-        if self._wrapped is None:
-            self._wrapped = re.compile(
-                "|".join(_gapped(form, hex_case) for form, hex_case in self._wrapped_forms)
-            )
-        return self._wrapped
 
     def value(self, value: Any) -> Any:
         """A copy of a JSON-shaped value with secret keys masked at any depth, strings redacted."""
