@@ -112,6 +112,7 @@ class Redactor:
     """
 
     __slots__ = (
+        "_blank",
         "_gram",
         "_grams",
         "_keys",
@@ -121,6 +122,7 @@ class Redactor:
         "_masked",
         "_plain",
         "_sampled",
+        "_solid",
         "_step",
         "screen",
         "text",
@@ -137,6 +139,13 @@ class Redactor:
         lows = {form.lower().replace(_FINAL_SIGMA, _SIGMA) for form in forms}
         self._lows = tuple(sorted(lows, key=lambda f: (len(f), f)))
         self._lens = tuple(len(form) for form in self._lows)
+        # In a text of several lines, the forms with no blank of their own are looked for in
+        # the text without its blanks (where a split one is whole again, and an unsplit one
+        # still is), the others as they are; spaced hex is hex there, and needs no look.
+        solid = tuple(form for form in self._lows if _squeezed(form) == form)
+        blank = tuple(form for form in self._lows if _squeezed(form) not in lows)
+        self._solid = (solid, tuple(map(len, solid)))
+        self._blank = (blank, tuple(map(len, blank)))
         # Every ``_gram``-character piece of every form, for the sampling in _holds_known.
         shortest = self._lens[0] if forms else MIN_KNOWN_CHARS
         self._gram = gram = min(8, shortest // 2)
@@ -155,15 +164,19 @@ class Redactor:
         # again).
         self._masked: Callable[[str, str], str] = self._masked_known if forms else mask_shapes
 
-    def _holds_known(self, low: str) -> bool:
-        """Whether the lowercased ``low`` holds a form of a known value."""
+    def _holds_known(
+        self, low: str, among: tuple[tuple[str, ...], tuple[int, ...]] | None = None
+    ) -> bool:
+        """Whether the lowercased ``low`` holds a form of a known value (``among`` some of them,
+        shortest first, with their lengths)."""
+        lows, lens = among or (self._lows, self._lens)
         if _FINAL_SIGMA in low:
             # A capital sigma lowercases by what stands around it: at a value's end it is final
             # alone and not when a letter follows it in the text (and so at its start after
             # one). The forms are compared with one sigma.
             low = low.replace(_FINAL_SIGMA, _SIGMA)
         n = len(low)
-        if n < self._lens[0]:  # shorter than any form (most texts)
+        if n < lens[0]:  # shorter than any form (most texts)
             return False
         if n <= self._sampled:
             # A form at ``p`` is at least ``_step + _gram - 1`` long, so the piece sampled at
@@ -177,7 +190,7 @@ class Redactor:
             else:
                 return False
         # A loop, not any(): this runs on many texts, and a generator costs more than the test.
-        for form in self._lows[: bisect_right(self._lens, n)]:  # noqa: SIM110
+        for form in lows[: bisect_right(lens, n)]:  # noqa: SIM110
             if form in low:
                 return True
         return False
@@ -186,7 +199,11 @@ class Redactor:
         """Whether the lowercased ``low`` holds a form of a known value, also one that spaces and
         line breaks split. Only a text of several lines is squeezed: on one line a command
         spaces a value only as hex between bytes, which is a form of its own."""
-        return self._holds_known(low) or ("\n" in low and self._holds_known(_squeezed(low)))
+        if "\n" not in low:
+            return self._holds_known(low)
+        return self._holds_known(_squeezed(low), self._solid) or (
+            bool(self._blank[0]) and self._holds_known(low, self._blank)
+        )
 
     def _screen_known(self, low: str) -> bool:
         """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
@@ -333,8 +350,10 @@ class Redactor:
                 texts.append(item)
             elif not (item is None or kind is bool or kind is int or kind is float):
                 return None
-        # Joined on newlines, which no literal of the screen contains: a miss stays a miss.
-        if self.screen("\n".join(texts).lower()):
+        # Joined on NULs, which no literal of the screen contains (nor a value the daemon
+        # passes, an environment variable's): a miss stays a miss. Not on newlines: those make
+        # the screen look again for values split over lines.
+        if self.screen("\0".join(texts).lower()):
             return None
         return value
 

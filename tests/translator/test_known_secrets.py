@@ -401,7 +401,7 @@ def cleaned(redactor: Redactor, text: str) -> list[str]:
     ]
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # a Redactor per example, on a busy machine
 @given(
     ANY_VALUE,
     st.sampled_from(["base64", "urlsafe_base64", "hex", "HEX"]),
@@ -431,7 +431,7 @@ def test_a_known_value_encoded_with_line_breaks_anywhere_never_survives(
         assert redactor.text(out) == out
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # a Redactor per example, on a busy machine
 @given(ANY_VALUE, st.binary(max_size=5), st.binary(max_size=5), st.lists(HEX_GAP, min_size=1))
 def test_a_known_value_as_hex_spaced_between_bytes_over_lines_never_survives(
     value: str, pre: bytes, post: bytes, gaps: list[str]
@@ -457,7 +457,7 @@ def wrapped(text: str, width: int) -> str:
     return "".join(text[i : i + width] + "\n" for i in range(0, len(text), width))
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.text(string.ascii_letters + string.digits + "-_", min_size=58, max_size=120),
     st.sampled_from(["base64", "od -An -tx1", "xxd -p"]),
