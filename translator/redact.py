@@ -9,10 +9,9 @@ Two rules hold whatever the input, and are property-tested:
 Shapes (:mod:`translator.shapes`) are what any text may hold; a :class:`Redactor` adds the exact
 values a run is known to hold (the credentials the daemon passes to the CLI), with their base64,
 hex, JSON- and URL-escaped forms, whatever their shape, and applies the bounds
-(:mod:`translator.bounds`). A form with no space of its own (base64, hex, most values) also
-counts with spaces and line breaks anywhere in it, as encoding commands print it (``base64``
-wraps at 76 columns, ``xxd -p`` at 60, ``od -An -tx1`` spaces hex over lines). The module-level
-functions are those of the redactor that knows no values.
+(:mod:`translator.bounds`). A form also counts with line breaks anywhere in it, as encoding
+commands print it (``base64`` wraps at 76 columns, ``xxd -p`` at 60, ``od -An -tx1`` spaces hex
+over lines). The module-level functions are those of the redactor that knows no values.
 """
 
 from __future__ import annotations
@@ -94,13 +93,14 @@ def known_forms(values: Iterable[str]) -> frozenset[str]:
     return frozenset(forms)
 
 
-# What encoding commands put inside a form: spaces between bytes, line breaks.
-_SOLID: Final = re.compile(r"[^ \r\n]+")
+# What wrapping encoders put inside a form: line breaks. (Not spaces: removing them costs a
+# copy of most texts, and a command spaces a value only as hex between bytes, a form of its own.)
+_LINE: Final = re.compile(r"[^\r\n]+")
 
 
-def _squeezed(low: str) -> str:
-    """``low`` without its spaces and line breaks: where a form they split is whole again."""
-    return low.replace("\n", "").replace("\r", "").replace(" ", "")
+def _unbroken(low: str) -> str:
+    """``low`` without its line breaks: where a form they split is whole again."""
+    return low.replace("\n", "").replace("\r", "")
 
 
 class Redactor:
@@ -112,17 +112,17 @@ class Redactor:
     """
 
     __slots__ = (
-        "_blank",
         "_gram",
         "_grams",
         "_keys",
         "_known",
         "_lens",
+        "_lined",
         "_lows",
         "_masked",
         "_plain",
         "_sampled",
-        "_solid",
+        "_single",
         "_step",
         "screen",
         "text",
@@ -139,13 +139,13 @@ class Redactor:
         lows = {form.lower().replace(_FINAL_SIGMA, _SIGMA) for form in forms}
         self._lows = tuple(sorted(lows, key=lambda f: (len(f), f)))
         self._lens = tuple(len(form) for form in self._lows)
-        # In a text of several lines, the forms with no blank of their own are looked for in
-        # the text without its blanks (where a split one is whole again, and an unsplit one
-        # still is), the others as they are; spaced hex is hex there, and needs no look.
-        solid = tuple(form for form in self._lows if _squeezed(form) == form)
-        blank = tuple(form for form in self._lows if _squeezed(form) not in lows)
-        self._solid = (solid, tuple(map(len, solid)))
-        self._blank = (blank, tuple(map(len, blank)))
+        # In a text of several lines, the forms of one line are looked for in the text without
+        # its line breaks (where a split one is whole again, and an unsplit one still is), the
+        # others (a value that holds a line break) as they are.
+        single = tuple(form for form in self._lows if _unbroken(form) == form)
+        lined = tuple(form for form in self._lows if _unbroken(form) != form)
+        self._single = (single, tuple(map(len, single)))
+        self._lined = (lined, tuple(map(len, lined)))
         # Every ``_gram``-character piece of every form, for the sampling in _holds_known.
         shortest = self._lens[0] if forms else MIN_KNOWN_CHARS
         self._gram = gram = min(8, shortest // 2)
@@ -196,13 +196,12 @@ class Redactor:
         return False
 
     def _holds_any(self, low: str) -> bool:
-        """Whether the lowercased ``low`` holds a form of a known value, also one that spaces and
-        line breaks split. Only a text of several lines is squeezed: on one line a command
-        spaces a value only as hex between bytes, which is a form of its own."""
+        """Whether the lowercased ``low`` holds a form of a known value, also one that line
+        breaks split."""
         if "\n" not in low:
             return self._holds_known(low)
-        return self._holds_known(_squeezed(low), self._solid) or (
-            bool(self._blank[0]) and self._holds_known(low, self._blank)
+        return self._holds_known(_unbroken(low), self._single) or (
+            bool(self._lined[0]) and self._holds_known(low, self._lined)
         )
 
     def _screen_known(self, low: str) -> bool:
@@ -210,11 +209,11 @@ class Redactor:
         return may_hold_a_secret(low) or self._holds_any(low)
 
     def _mask_split(self, text: str, known: re.Pattern[str]) -> str:
-        """``text`` with each form that its spaces and line breaks split masked whole: found in
-        the text without them, and mapped back. A mask starts and ends on a character of the
-        form, so the line breaks around a value (and a cut marked after one) stay."""
-        runs = list(_SOLID.finditer(text))
-        starts: list[int] = []  # where each run starts in the squeezed text
+        """``text`` with each form that its line breaks split masked whole: found in the text
+        without them, and mapped back. A mask starts and ends on a character of the form, so
+        the line breaks around a value (and a cut marked after one) stay."""
+        runs = list(_LINE.finditer(text))
+        starts: list[int] = []  # where each run starts in the text without line breaks
         at = 0
         for run in runs:
             starts.append(at)

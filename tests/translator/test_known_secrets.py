@@ -323,6 +323,7 @@ def test_a_reported_denial_without_a_tool_use_id_names_no_card() -> None:
     assert result["permission_denials"] == []
 
 
+@settings(deadline=None)  # 140 KB a text: over 200 ms on a loaded machine
 @given(st.binary(min_size=16, max_size=16).map(bytes.hex))
 def test_a_text_past_any_bound_is_still_screened_for_secrets(secret: str) -> None:
     filler = "x" * 70_000  # past the length where the screen takes one regex pass
@@ -373,12 +374,12 @@ def test_a_known_value_with_a_sigma_at_its_end_survives_no_neighbour(
 # --- encoders that wrap or space their output (attacker finding 1) -------------------------------
 # `base64` wraps at 76 columns, `xxd -p` at 60, `od -An -tx1` prints spaced hex 16 bytes a line:
 # a credential of real length comes out over lines. Line breaks may fall anywhere inside the
-# form; what must not survive is the value's part of it with the breaks taken out.
+# form; what must not survive is the value's part of it with the breaks (and spaces) taken out.
 
 BREAKS = st.lists(st.integers(0, 10_000), max_size=12)
 NEWLINE = st.sampled_from(["\n", "\r\n"])
-# What stands between two bytes of spaced hex: one space, a line break, or both.
-HEX_GAP = st.sampled_from([" ", "\n", "\r\n", " \n", "\n ", " \r\n", "\r\n "])
+# What stands between two bytes of spaced hex: one space, with a line break before or after it.
+HEX_GAP = st.sampled_from([" ", " \n", "\n ", " \r\n", "\r\n "])
 
 
 def squeezed(text: str) -> str:
