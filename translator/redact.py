@@ -95,7 +95,9 @@ def known_forms(values: Iterable[str]) -> frozenset[str]:
 
 # What wrapping encoders put inside a form: line breaks. (Not spaces: removing them costs a
 # copy of most texts, and a command spaces a value only as hex between bytes, a form of its own.)
-_LINE: Final = re.compile(r"[^\r\n]+")
+# The pieces of a text kept to look for split forms in: its lines, and the line break of a cut
+# mark (clean_lines), which no form of one line holds, so that no mask runs over a cut.
+_LINE: Final = re.compile(rf"[^\r\n]+|\n(?={re.escape(_LINE_CUT[1:])})")
 
 
 def _unbroken(low: str) -> str:

@@ -278,6 +278,24 @@ def test_a_known_value_on_stderr_never_survives(
     assert Redactor([value]).clean_lines(lines, 0) == ""
 
 
+@settings(max_examples=100, deadline=None)
+@given(TOKEN, st.integers(1, 40), st.sampled_from(["", "[", "]", "[x"]))
+def test_a_known_value_a_stderr_cut_went_through_is_not_joined_over_the_cut(
+    core: str, at: int, end: str
+) -> None:
+    # Line breaks no longer stop a known value, but a cut still does: the line it ended keeps
+    # its mark, and no NUL of the mark comes out.
+    value = core + end
+    at = min(at, len(value) - 1)
+    redactor = Redactor([value])
+    tail = redactor.clean_lines([("x " + value[:at], True), (value[at:] + " next", False)], 10_000)
+    assert tail.startswith("x …[cut]\n") or tail.startswith(" …[cut]\n")
+    assert "\0" not in tail
+    assert (
+        redactor.clean_lines([("x " + value[:at], False), (value[at:], False)], 99) == "x " + MASK
+    )
+
+
 @settings(max_examples=50)
 @given(st.lists(st.from_regex(r"ghp_[A-Za-z0-9]{36}", fullmatch=True), min_size=2, max_size=4))
 def test_tool_ids_the_cli_reports_are_redacted_and_stay_distinct(ids: list[str]) -> None:
