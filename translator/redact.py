@@ -202,9 +202,20 @@ class Redactor:
         breaks split."""
         if "\n" not in low:
             return self._holds_known(low)
-        return self._holds_known(_unbroken(low), self._single) or (
-            bool(self._lined[0]) and self._holds_known(low, self._lined)
-        )
+        unbroken = _unbroken(low).replace(_FINAL_SIGMA, _SIGMA)
+        # Sampled at any length: a text of several lines without its line breaks can be one
+        # that an ``in`` reads slowly for each form (line numbers run together into digits,
+        # most of a hex form's alphabet), and a sampled piece of a form is rare in any text.
+        grams, gram = self._grams, self._gram
+        for start in range(0, len(unbroken) - gram + 1, self._step):
+            if unbroken[start : start + gram] in grams:
+                return self._holds_known(unbroken, self._single) or self._holds_lined(low)
+        return self._holds_lined(low)
+
+    def _holds_lined(self, low: str) -> bool:
+        """Whether ``low`` holds a form that holds a line break itself (a value of several
+        lines), which the text without line breaks cannot show."""
+        return bool(self._lined[0]) and self._holds_known(low, self._lined)
 
     def _screen_known(self, low: str) -> bool:
         """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
