@@ -9,8 +9,9 @@ Two rules hold whatever the input, and are property-tested:
 Shapes (:mod:`translator.shapes`) are what any text may hold; a :class:`Redactor` adds the exact
 values a run is known to hold (the credentials the daemon passes to the CLI), with their base64,
 hex, JSON- and URL-escaped forms, whatever their shape, and applies the bounds
-(:mod:`translator.bounds`). The module-level functions are those of the redactor that knows no
-values.
+(:mod:`translator.bounds`). A form also counts with line breaks anywhere in it, as encoding
+commands print it (``base64`` wraps at 76 columns, ``xxd -p`` at 60, ``od -An -tx1`` spaces hex
+over lines). The module-level functions are those of the redactor that knows no values.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ MIN_KNOWN_CHARS: Final = 8
 
 
 def known_forms(values: Iterable[str]) -> frozenset[str]:
-    """Every form of ``values`` a text may carry: as is, JSON- and URL-escaped, hex, base64.
+    """Every form of ``values`` a text may carry: as is, JSON- and URL-escaped, hex (also spaced
+    between bytes, as ``od -An -tx1`` prints a short value on one line), base64.
 
     Base64 is taken at each of the three alignments a value can have inside a longer encoded
     text (``Basic`` auth of ``user:token``, a config file dumped as base64), keeping only the
@@ -77,6 +79,8 @@ def known_forms(values: Iterable[str]) -> frozenset[str]:
             quote(value, safe=""),
             raw.hex(),
             raw.hex().upper(),
+            raw.hex(" "),
+            raw.hex(" ").upper(),
         }
         for pad in range(3):
             encoded = base64.b64encode(b"\0" * pad + raw).decode()
@@ -87,6 +91,18 @@ def known_forms(values: Iterable[str]) -> frozenset[str]:
         # A form inside the mask itself would make masking grow without end.
         forms.update(form for form in found if len(form) >= MIN_KNOWN_CHARS and form not in MASK)
     return frozenset(forms)
+
+
+# What wrapping encoders put inside a form: line breaks. (Not spaces: removing them costs a
+# copy of most texts, and a command spaces a value only as hex between bytes, a form of its own.)
+# The pieces of a text kept to look for split forms in: its lines, and the line break of a cut
+# mark (clean_lines), which no form of one line holds, so that no mask runs over a cut.
+_LINE: Final = re.compile(rf"[^\r\n]+|\n(?={re.escape(_LINE_CUT[1:])})")
+
+
+def _unbroken(low: str) -> str:
+    """``low`` without its line breaks: where a form they split is whole again."""
+    return low.replace("\n", "").replace("\r", "")
 
 
 class Redactor:
@@ -103,10 +119,12 @@ class Redactor:
         "_keys",
         "_known",
         "_lens",
+        "_lined",
         "_lows",
         "_masked",
         "_plain",
         "_sampled",
+        "_single",
         "_step",
         "screen",
         "text",
@@ -123,6 +141,13 @@ class Redactor:
         lows = {form.lower().replace(_FINAL_SIGMA, _SIGMA) for form in forms}
         self._lows = tuple(sorted(lows, key=lambda f: (len(f), f)))
         self._lens = tuple(len(form) for form in self._lows)
+        # In a text of several lines, the forms of one line are looked for in the text without
+        # its line breaks (where a split one is whole again, and an unsplit one still is), the
+        # others (a value that holds a line break) as they are.
+        single = tuple(form for form in self._lows if _unbroken(form) == form)
+        lined = tuple(form for form in self._lows if _unbroken(form) != form)
+        self._single = (single, tuple(map(len, single)))
+        self._lined = (lined, tuple(map(len, lined)))
         # Every ``_gram``-character piece of every form, for the sampling in _holds_known.
         shortest = self._lens[0] if forms else MIN_KNOWN_CHARS
         self._gram = gram = min(8, shortest // 2)
@@ -141,15 +166,19 @@ class Redactor:
         # again).
         self._masked: Callable[[str, str], str] = self._masked_known if forms else mask_shapes
 
-    def _holds_known(self, low: str) -> bool:
-        """Whether the lowercased ``low`` holds a form of a known value."""
+    def _holds_known(
+        self, low: str, among: tuple[tuple[str, ...], tuple[int, ...]] | None = None
+    ) -> bool:
+        """Whether the lowercased ``low`` holds a form of a known value (``among`` some of them,
+        shortest first, with their lengths)."""
+        lows, lens = among or (self._lows, self._lens)
         if _FINAL_SIGMA in low:
             # A capital sigma lowercases by what stands around it: at a value's end it is final
             # alone and not when a letter follows it in the text (and so at its start after
             # one). The forms are compared with one sigma.
             low = low.replace(_FINAL_SIGMA, _SIGMA)
         n = len(low)
-        if n < self._lens[0]:  # shorter than any form (most texts)
+        if n < lens[0]:  # shorter than any form (most texts)
             return False
         if n <= self._sampled:
             # A form at ``p`` is at least ``_step + _gram - 1`` long, so the piece sampled at
@@ -163,28 +192,72 @@ class Redactor:
             else:
                 return False
         # A loop, not any(): this runs on many texts, and a generator costs more than the test.
-        for form in self._lows[: bisect_right(self._lens, n)]:  # noqa: SIM110
+        for form in lows[: bisect_right(lens, n)]:  # noqa: SIM110
             if form in low:
                 return True
         return False
 
+    def _holds_any(self, low: str) -> bool:
+        """Whether the lowercased ``low`` holds a form of a known value, also one that line
+        breaks split."""
+        if "\n" not in low:
+            return self._holds_known(low)
+        unbroken = _unbroken(low).replace(_FINAL_SIGMA, _SIGMA)
+        # Sampled at any length: a text of several lines without its line breaks can be one
+        # that an ``in`` reads slowly for each form (line numbers run together into digits,
+        # most of a hex form's alphabet), and a sampled piece of a form is rare in any text.
+        grams, gram = self._grams, self._gram
+        for start in range(0, len(unbroken) - gram + 1, self._step):
+            if unbroken[start : start + gram] in grams:
+                return self._holds_known(unbroken, self._single) or self._holds_lined(low)
+        return self._holds_lined(low)
+
+    def _holds_lined(self, low: str) -> bool:
+        """Whether ``low`` holds a form that holds a line break itself (a value of several
+        lines), which the text without line breaks cannot show."""
+        return bool(self._lined[0]) and self._holds_known(low, self._lined)
+
     def _screen_known(self, low: str) -> bool:
         """Whether the lowercased ``low`` may hold a shape or a known value (never a miss)."""
-        return may_hold_a_secret(low) or self._holds_known(low)
+        return may_hold_a_secret(low) or self._holds_any(low)
+
+    def _mask_split(self, text: str, known: re.Pattern[str]) -> str:
+        """``text`` with each form that its line breaks split masked whole: found in the text
+        without them, and mapped back. A mask starts and ends on a character of the form, so
+        the line breaks around a value (and a cut marked after one) stay."""
+        runs = list(_LINE.finditer(text))
+        starts: list[int] = []  # where each run starts in the text without line breaks
+        at = 0
+        for run in runs:
+            starts.append(at)
+            at += run.end() - run.start()
+        out: list[str] = []
+        kept = 0
+        for found in known.finditer("".join(run.group() for run in runs)):
+            first = bisect_right(starts, found.start()) - 1
+            last = bisect_right(starts, found.end() - 1) - 1
+            out.append(text[kept : runs[first].start() + found.start() - starts[first]])
+            out.append(MASK)
+            kept = runs[last].start() + found.end() - starts[last]
+        out.append(text[kept:])
+        return "".join(out)
 
     def _masked_known(self, text: str, low: str) -> str:
         return self._text_known(text)
 
     def _text_known(self, text: str) -> str:
         low = text.lower()
-        if not self._holds_known(low):
+        if not self._holds_any(low):
             return mask_shapes(text, low) if may_hold_a_secret(low) else text  # not lowered again
         known = self._known
         assert known is not None  # noqa: S101 - set whenever this method is
         # A mask next to text can complete a known value that holds "[" or "]": mask again
         # until nothing changes; what never settles is masked whole.
         for _ in range(4):
-            again = redact_text(known.sub(MASK, text))
+            again = known.sub(MASK, text)
+            if "\n" in again:
+                again = self._mask_split(again, known)
+            again = redact_text(again)
             if again == text:
                 return text
             text = again
@@ -289,8 +362,10 @@ class Redactor:
                 texts.append(item)
             elif not (item is None or kind is bool or kind is int or kind is float):
                 return None
-        # Joined on newlines, which no literal of the screen contains: a miss stays a miss.
-        if self.screen("\n".join(texts).lower()):
+        # Joined on NULs, which no literal of the screen contains (nor a value the daemon
+        # passes, an environment variable's): a miss stays a miss. Not on newlines: those make
+        # the screen look again for values split over lines.
+        if self.screen("\0".join(texts).lower()):
             return None
         return value
 

@@ -7,7 +7,8 @@ line cut through a token), text, denials, the result, and in what it chooses (a 
 written path, a session id); its environment carries the credentials the daemon passes, which
 it prints bare and encoded. The real CLI, scripted by the stub model, plants what a model can:
 a Write to a path holding a token with a JSON-escaped secret in it, ``cat`` of that file, and
-``printenv`` of the credential the daemon passed, bare, base64 and hex.
+``printenv`` of the credential the daemon passed, bare, base64 and hex, and piped through
+``base64`` and ``od -An -tx1``, which break it over lines (and space the hex).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.stub.anthropic import Stub, serve_stub, text, tool
 from tests.translator.helpers import encode
 
 MASK = "[redacted]"
+_TOKEN = "ANTHROPIC_AUTH_TOKEN"
 
 
 def _alnum(n: int, alphabet: str = string.ascii_letters + string.digits) -> str:
@@ -187,7 +189,11 @@ async def collect(
     return answers, blobs
 
 
-def assert_nowhere(blobs: dict[str, bytes], needles: list[str]) -> None:
+def assert_nowhere(
+    blobs: dict[str, bytes], needles: list[str], spread: tuple[str, ...] = ()
+) -> None:
+    """No needle in any blob; no ``spread`` needle either once the blob's spaces and line breaks
+    (raw or JSON-escaped) are taken out, where an encoding command wrapped or spaced it."""
     # The secrets really went through the pipeline (and came out masked).
     assert MASK.encode() in blobs["frames"]
     assert MASK.encode() in blobs["store"]
@@ -195,6 +201,10 @@ def assert_nowhere(blobs: dict[str, bytes], needles: list[str]) -> None:
         found = blob.decode("utf-8", "replace")
         leaks = [w for w in needles if w in found]
         assert not leaks, f"planted secret in {where}: {leaks[:3]}"
+        for gap in (" ", "\\r", "\\n", "\r", "\n"):
+            found = found.replace(gap, "")
+        leaks = [w for w in spread if w in found]
+        assert not leaks, f"planted secret, wrapped, in {where}: {leaks[:3]}"
 
 
 async def test_planted_secrets_appear_nowhere(
@@ -219,7 +229,8 @@ async def test_what_the_real_cli_plants_appears_nowhere(
     workspace, home = tmp_path / "ws", tmp_path / "home"
     workspace.mkdir()
     home.mkdir()
-    ghp, token, escaped = "ghp_" + _alnum(36), secrets.token_hex(24), secrets.token_hex(16)
+    # The token is long enough (65 bytes with printenv's newline) that `base64` wraps it.
+    ghp, token, escaped = "ghp_" + _alnum(36), secrets.token_hex(32), secrets.token_hex(16)
     notes = f"tokens/{ghp}/notes.txt"
     # A JSON string inside JSON: the file holds {\"api_key\": \"…\"}, escaped.
     content = json.dumps({"config": json.dumps({"api_key": escaped})}) + "\n"
@@ -233,10 +244,15 @@ async def test_what_the_real_cli_plants_appears_nowhere(
             tool("Bash", command=f"cat {notes}", description="Show the notes"),
             tool("Bash", command="printenv ANTHROPIC_AUTH_TOKEN", description="Show the token"),
             tool("Bash", command=f'python3 -c "{encodings}"', description="Encode the token"),
+            tool("Bash", command=f"printenv {_TOKEN} | base64", description="Wrap the token"),
+            tool("Bash", command=f"printenv {_TOKEN} | od -An -tx1", description="Dump it"),
             text("Done."),
         ]
     )
-    rules = 'allowed_tools = ["Bash(cat:*)", "Bash(printenv:*)", "Bash(python3:*)"]\n'
+    rules = (
+        'allowed_tools = ["Bash(cat:*)", "Bash(printenv:*)", "Bash(python3:*)",'
+        ' "Bash(base64:*)", "Bash(od:*)"]\n'
+    )
     async with serve_stub(stub):
         env = {"ANTHROPIC_BASE_URL": stub.url, "ANTHROPIC_AUTH_TOKEN": token, "LANG": "C.UTF-8"}
         config = write_config(short_dir, workspace, claude=claude_bin, policy=rules)
@@ -251,11 +267,16 @@ async def test_what_the_real_cli_plants_appears_nowhere(
     assert answer["files_changed"] == [f"tokens/{MASK}/notes.txt"]
     assert (workspace / notes).read_text() == content  # the CLI really wrote it there
     results = [json.loads(f) for f in blobs["frames"].split(b"\n") if b'"tool_result"' in f]
-    assert [r["status"] for r in results] == ["completed"] * 4, results
+    assert [r["status"] for r in results] == ["completed"] * 6, results
     assert results[2]["result"].strip() == MASK  # printenv's output, of no known shape
+    # Masked whole over its lines; what is left is what encodes printenv's newline.
+    assert results[4]["result"].startswith(MASK)
+    assert results[4]["result"].strip().endswith("=")
+    assert results[5]["result"].strip() == MASK + "\n 0a", results[5]
+    wrapped = (encode(token, "base64", b"", b"\n")[1], encode(token, "hex", b"", b"")[1])
     needles = cores(
         {"ghp": ghp, "token": token, "escaped": escaped},
         encode(token, "base64", b"user:", b"")[1],
-        encode(token, "hex", b"", b"")[1],
+        *wrapped,
     )
-    assert_nowhere(blobs, needles)
+    assert_nowhere(blobs, needles, spread=tuple(cores({}, *wrapped)))

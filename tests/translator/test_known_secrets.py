@@ -72,7 +72,9 @@ def test_a_known_value_never_survives_in_any_encoding(
 @given(st.lists(TOKEN, min_size=1, max_size=3), st.lists(st.sampled_from(["x", " ", "\n"]) | TOKEN))
 def test_redacting_with_known_values_is_idempotent(values: list[str], parts: list[str]) -> None:
     redactor = Redactor(values)
-    text = "".join(parts + values + [base64.b64encode(values[0].encode()).decode()])
+    encoded = base64.b64encode(values[0].encode()).decode()
+    # Also broken over lines, as `base64` and `od -An -tx1` print them (see the end of the file).
+    text = "".join(parts + values + [encoded, wrapped(encoded, 7), od_hex(values[-1].encode())])
     once = redactor.text(text)
     assert redactor.text(once) == once
     for limit in (16, 64, 4096):
@@ -276,6 +278,24 @@ def test_a_known_value_on_stderr_never_survives(
     assert Redactor([value]).clean_lines(lines, 0) == ""
 
 
+@settings(max_examples=100, deadline=None)
+@given(TOKEN, st.integers(1, 40), st.sampled_from(["", "[", "]", "[x"]))
+def test_a_known_value_a_stderr_cut_went_through_is_not_joined_over_the_cut(
+    core: str, at: int, end: str
+) -> None:
+    # Line breaks no longer stop a known value, but a cut still does: the line it ended keeps
+    # its mark, and no NUL of the mark comes out.
+    value = core + end
+    at = min(at, len(value) - 1)
+    redactor = Redactor([value])
+    tail = redactor.clean_lines([("x " + value[:at], True), (value[at:] + " next", False)], 10_000)
+    assert tail.startswith("x …[cut]\n") or tail.startswith(" …[cut]\n")
+    assert "\0" not in tail
+    assert (
+        redactor.clean_lines([("x " + value[:at], False), (value[at:], False)], 99) == "x " + MASK
+    )
+
+
 @settings(max_examples=50)
 @given(st.lists(st.from_regex(r"ghp_[A-Za-z0-9]{36}", fullmatch=True), min_size=2, max_size=4))
 def test_tool_ids_the_cli_reports_are_redacted_and_stay_distinct(ids: list[str]) -> None:
@@ -321,6 +341,7 @@ def test_a_reported_denial_without_a_tool_use_id_names_no_card() -> None:
     assert result["permission_denials"] == []
 
 
+@settings(deadline=None)  # 140 KB a text: over 200 ms on a loaded machine
 @given(st.binary(min_size=16, max_size=16).map(bytes.hex))
 def test_a_text_past_any_bound_is_still_screened_for_secrets(secret: str) -> None:
     filler = "x" * 70_000  # past the length where the screen takes one regex pass
@@ -366,3 +387,116 @@ def test_a_known_value_with_a_sigma_at_its_end_survives_no_neighbour(
         json.dumps(redactor.clean_value({"k": [text]}, string_bytes=4096), ensure_ascii=False),
     ):
         assert value not in out
+
+
+# --- encoders that wrap or space their output (attacker finding 1) -------------------------------
+# `base64` wraps at 76 columns, `xxd -p` at 60, `od -An -tx1` prints spaced hex 16 bytes a line:
+# a credential of real length comes out over lines. Line breaks may fall anywhere inside the
+# form; what must not survive is the value's part of it with the breaks (and spaces) taken out.
+
+BREAKS = st.lists(st.integers(0, 10_000), max_size=12)
+NEWLINE = st.sampled_from(["\n", "\r\n"])
+# What stands between two bytes of spaced hex: one space, with a line break before or after it.
+HEX_GAP = st.sampled_from([" ", " \n", "\n ", " \r\n", "\r\n "])
+
+
+def squeezed(text: str) -> str:
+    return text.replace(" ", "").replace("\r", "").replace("\n", "")
+
+
+def broken(blob: str, cuts: list[int], newline: str) -> str:
+    for at in sorted({cut % (len(blob) + 1) for cut in cuts}, reverse=True):
+        blob = blob[:at] + newline + blob[at:]
+    return blob
+
+
+def cleaned(redactor: Redactor, text: str) -> list[str]:
+    """Every way a frame carries a text: redacted, bounded as a result, as chars, in a value."""
+    return [
+        redactor.text(text),
+        redactor.clean_text(text, 4096),
+        redactor.clean_chars(text, 4096),
+        redactor.clean_value({"k": [text]}, string_bytes=4096)["k"][0],
+    ]
+
+
+@settings(max_examples=300, deadline=None)  # a Redactor per example, on a busy machine
+@given(
+    ANY_VALUE,
+    st.sampled_from(["base64", "urlsafe_base64", "hex", "HEX"]),
+    st.binary(max_size=5),
+    st.binary(max_size=5),
+    BREAKS,
+    NEWLINE,
+    AROUND,
+    AROUND,
+)
+def test_a_known_value_encoded_with_line_breaks_anywhere_never_survives(
+    value: str,
+    how: str,
+    pre: bytes,
+    post: bytes,
+    cuts: list[int],
+    newline: str,
+    before: str,
+    after: str,
+) -> None:
+    assume(value not in MASK)
+    redactor = Redactor([value])
+    blob, core = encode(value, how, pre, post)
+    text = before + newline + broken(blob, cuts, newline) + newline + after
+    for out in cleaned(redactor, text):
+        assert core not in squeezed(out)
+        assert redactor.text(out) == out
+
+
+@settings(max_examples=300, deadline=None)  # a Redactor per example, on a busy machine
+@given(ANY_VALUE, st.binary(max_size=5), st.binary(max_size=5), st.lists(HEX_GAP, min_size=1))
+def test_a_known_value_as_hex_spaced_between_bytes_over_lines_never_survives(
+    value: str, pre: bytes, post: bytes, gaps: list[str]
+) -> None:
+    assume(value not in MASK)
+    redactor = Redactor([value])
+    raw = value.encode()
+    pairs = [f"{byte:02x}" for byte in pre + raw + post]
+    text = "od: " + "".join(p + gaps[i % len(gaps)] for i, p in enumerate(pairs)) + "end"
+    for out in cleaned(redactor, text):
+        assert raw.hex() not in squeezed(out)
+        assert redactor.text(out) == out
+
+
+def od_hex(data: bytes) -> str:
+    """What ``od -An -tx1`` prints: 16 bytes a line, each after a space."""
+    rows = (data[i : i + 16] for i in range(0, len(data), 16))
+    return "".join("".join(f" {byte:02x}" for byte in row) + "\n" for row in rows)
+
+
+def wrapped(text: str, width: int) -> str:
+    """What ``base64`` (76) and ``xxd -p`` (60) print: ``text`` in lines of ``width``."""
+    return "".join(text[i : i + width] + "\n" for i in range(0, len(text), width))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(string.ascii_letters + string.digits + "-_", min_size=58, max_size=120),
+    st.sampled_from(["base64", "od -An -tx1", "xxd -p"]),
+)
+def test_a_long_credential_piped_through_an_encoding_command_leaves_no_piece(
+    value: str, command: str
+) -> None:
+    # printenv ends the value with a newline, which the command encodes with it.
+    data = value.encode() + b"\n"
+    if command == "base64":
+        out, core = (
+            wrapped(base64.b64encode(data).decode(), 76),
+            encode(value, "base64", b"", b"\n")[1],
+        )
+    elif command == "xxd -p":
+        out, core = wrapped(data.hex(), 60), value.encode().hex()
+    else:
+        out, core = od_hex(data), value.encode().hex()
+    assert "\n" in out.strip()  # the command really broke the value over lines
+    red = Redactor([value, secrets.token_hex(20), secrets.token_urlsafe(32)])
+    for text in cleaned(red, out):
+        flat = squeezed(text)
+        assert not any(core[i : i + 12] in flat for i in range(len(core) - 11)), text

@@ -157,3 +157,25 @@ def test_the_sampled_look_for_known_values_agrees_with_an_in_for_each_form(
     form = random_form(value) if plant else ""
     low = (filler[:at] + form + filler[at:]).lower()
     assert redactor._holds_known(low) == any(f in low for f in redactor._lows)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=8, max_size=60),
+    st.text(string.ascii_letters + string.digits + " \n=:_-+/", max_size=200),
+    st.lists(st.tuples(st.integers(0, 1000), st.sampled_from(["\n", "\r\n"]))),
+    st.integers(0, 200),
+)
+def test_the_screen_never_misses_a_known_value_split_by_line_breaks(
+    value: str, filler: str, gaps: list[tuple[int, str]], at: int
+) -> None:
+    # A form split anywhere, among text with line breaks of its own: wherever the text without
+    # them holds a form, the screen says yes (the forms are compared with one sigma).
+    redactor = Redactor([value])
+    form = random_form(value)
+    for cut, gap in sorted(gaps, reverse=True):
+        form = form[: cut % (len(form) + 1)] + gap + form[cut % (len(form) + 1) :]
+    text = filler[:at] + "\n" + form + filler[at:]
+    unbroken = text.replace("\r", "").replace("\n", "").lower()
+    if any(f in unbroken.replace("\u03c2", "\u03c3") for f in redactor._lows):
+        assert redactor.screen(text.lower())
