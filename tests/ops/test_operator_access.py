@@ -177,15 +177,24 @@ def _config(
     return config
 
 
-def _folders(acc: Accounts) -> Path:
-    """The service's folders (socket, state, workspaces), in a fresh base folder."""
+@pytest.fixture
+def folders(accounts: Accounts) -> Iterator[Path]:
+    """The service's folders (socket, state, workspaces), in a fresh base folder; ``proj`` (a
+    workspace) is made in ``workspaces`` by the test, as the agent's user."""
     base = Path(tempfile.mkdtemp(prefix="cl-access-"))
-    base.chmod(0o755)
-    for name, mode in (("run", 0o2750), ("state", 0o700), ("workspaces", 0o2770)):
-        os.mkdir(base / name)
-        os.chown(base / name, acc.service, acc.gid)
-        os.chmod(base / name, mode)  # setgid: what is made inside keeps the group
-    return base
+    try:
+        base.chmod(0o755)
+        for name, mode in (("run", 0o2750), ("state", 0o700), ("workspaces", 0o2770)):
+            os.mkdir(base / name)
+            os.chown(base / name, accounts.service, accounts.gid)
+            os.chmod(base / name, mode)  # setgid: what is made inside keeps the group
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _socket_env(base: Path) -> dict[str, str]:
+    return {"CODELEGATE_SOCKET": str(base / "run" / "codelegate.sock")}
 
 
 DELEGATE = (
@@ -196,86 +205,77 @@ DELEGATE = (
 
 
 def test_an_agents_user_delegates_through_the_socket_group_into_a_shared_workspace(
-    accounts: Accounts,
+    accounts: Accounts, folders: Path
 ) -> None:
-    acc = accounts
-    base = _folders(acc)
+    acc, base = accounts, folders
+    project = base / "workspaces" / "proj"
+    env = _socket_env(base)
+    delegate = DELEGATE % project
+
+    # The example config ships allowed_gids = []: only the service user may call.
+    daemon = _Daemon(acc, _config(base, acc, []), base / "state")
     try:
-        project = base / "workspaces" / "proj"
-        sock = str(base / "run" / "codelegate.sock")
-        env = {"CODELEGATE_SOCKET": sock}
-        delegate = DELEGATE % project
-
-        # The example config ships allowed_gids = []: only the service user may call.
-        daemon = _Daemon(acc, _config(base, acc, []), base / "state")
-        try:
-            refused = json.loads(_as(acc.agent, [acc.gid], 0o002, delegate, env).stdout)
-            assert refused["error_code"] == "peer_not_allowed"
-        finally:
-            daemon.stop()
-        # The README's step: allowed_gids = [the group's gid], restart.
-        daemon = _Daemon(acc, _config(base, acc, [acc.gid]), base / "state")
-        try:
-            assert os.stat(sock).st_gid == acc.gid  # the socket's group is the shared one
-            made = _as(acc.agent, [acc.gid], 0o002, f"import os; os.mkdir({str(project)!r})", env)
-            assert made.returncode == 0, made.stderr
-            done = json.loads(_as(acc.agent, [acc.gid], 0o002, delegate, env).stdout)
-            assert done["status"] == "completed", done
-
-            # Outside the group: told it is a permission matter, not "is it serving?".
-            out = json.loads(_as(acc.outsider, [], 0o022, delegate, env).stdout)
-            assert out["error_code"] == "daemon_unreachable"
-            assert "permission denied" in out["error"]
-            term = _as(
-                acc.outsider,
-                [],
-                0o022,
-                "from codelegate.daemon.cli import main; main(['run', 'x'])",
-                env,
-            )
-            assert "permission denied" in term.stdout + term.stderr
-            said = " ".join((term.stdout + term.stderr).split())  # as rich wrapped it
-            assert "to [server] allowed_gids" in said  # not read as markup
-        finally:
-            daemon.stop()
-
-        # Files both sides can edit: the service's umask 007 and the agent's umask 002 keep
-        # them group-writable; a caller's umask 022 does not (hence the README's umask step).
-        for creator, umask, editor, editable in (
-            (acc.agent, 0o002, acc.service, True),
-            (acc.service, 0o007, acc.agent, True),
-            (acc.agent, 0o022, acc.service, False),
-        ):
-            path = str(project / f"{creator}-{umask:o}.txt")
-            made = _as(creator, [acc.gid], umask, f"open({path!r}, 'a').write('x')", {})
-            assert made.returncode == 0, made.stderr
-            edited = _as(editor, [acc.gid], 0o007, f"open({path!r}, 'a').write('y')", {})
-            assert (edited.returncode == 0) is editable, (creator, umask, edited.stderr)
+        refused = json.loads(_as(acc.agent, [acc.gid], 0o002, delegate, env).stdout)
+        assert refused["error_code"] == "peer_not_allowed"
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        daemon.stop()
+    # The README's step: allowed_gids = [the group's gid], restart.
+    daemon = _Daemon(acc, _config(base, acc, [acc.gid]), base / "state")
+    try:
+        assert os.stat(env["CODELEGATE_SOCKET"]).st_gid == acc.gid  # the shared group
+        made = _as(acc.agent, [acc.gid], 0o002, f"import os; os.mkdir({str(project)!r})", env)
+        assert made.returncode == 0, made.stderr
+        done = json.loads(_as(acc.agent, [acc.gid], 0o002, delegate, env).stdout)
+        assert done["status"] == "completed", done
+
+        # Outside the group: told it is a permission matter, not "is it serving?".
+        out = json.loads(_as(acc.outsider, [], 0o022, delegate, env).stdout)
+        assert out["error_code"] == "daemon_unreachable"
+        assert "permission denied" in out["error"]
+        term = _as(
+            acc.outsider,
+            [],
+            0o022,
+            "from codelegate.daemon.cli import main; main(['run', 'x'])",
+            env,
+        )
+        assert "permission denied" in term.stdout + term.stderr
+        said = " ".join((term.stdout + term.stderr).split())  # as rich wrapped it
+        assert "to [server] allowed_gids" in said  # not read as markup
+    finally:
+        daemon.stop()
+
+    # Files both sides can edit: the service's umask 007 and the agent's umask 002 keep
+    # them group-writable; a caller's umask 022 does not (hence the README's umask step).
+    for creator, umask, editor, editable in (
+        (acc.agent, 0o002, acc.service, True),
+        (acc.service, 0o007, acc.agent, True),
+        (acc.agent, 0o022, acc.service, False),
+    ):
+        path = str(project / f"{creator}-{umask:o}.txt")
+        made = _as(creator, [acc.gid], umask, f"open({path!r}, 'a').write('x')", {})
+        assert made.returncode == 0, made.stderr
+        edited = _as(editor, [acc.gid], 0o007, f"open({path!r}, 'a').write('y')", {})
+        assert (edited.returncode == 0) is editable, (creator, umask, edited.stderr)
 
 
 def test_a_daemon_in_a_pid_namespace_of_its_own_serves_a_caller_of_another_uid_only(
-    accounts: Accounts,
+    accounts: Accounts, folders: Path
 ) -> None:
     # README "Docker": the daemon in a container cannot inspect a host process (its pid is 0
     # there), so it refuses its own uid from outside (one of its runs cannot be ruled out) and
     # serves a host user of another uid that the config allows, through the shared group.
-    acc = accounts
-    base = _folders(acc)
+    acc, base = accounts, folders
+    project = base / "workspaces" / "proj"
+    env = _socket_env(base)
+    made = _as(acc.agent, [acc.gid], 0o002, f"import os; os.mkdir({str(project)!r})", env)
+    assert made.returncode == 0, made.stderr
+    config = _config(base, acc, [], allowed_uids=[acc.agent, acc.service])
+    daemon = _Daemon(acc, config, base / "state", own_pids=True)
     try:
-        project = base / "workspaces" / "proj"
-        env = {"CODELEGATE_SOCKET": str(base / "run" / "codelegate.sock")}
-        made = _as(acc.agent, [acc.gid], 0o002, f"import os; os.mkdir({str(project)!r})", env)
-        assert made.returncode == 0, made.stderr
-        config = _config(base, acc, [], allowed_uids=[acc.agent, acc.service])
-        daemon = _Daemon(acc, config, base / "state", own_pids=True)
-        try:
-            done = json.loads(_as(acc.agent, [acc.gid], 0o002, DELEGATE % project, env).stdout)
-            assert done["status"] == "completed", done
-            same_uid = _as(acc.service, [acc.gid], 0o007, DELEGATE % project, env)
-            assert json.loads(same_uid.stdout)["error_code"] == "peer_unknown"
-        finally:
-            daemon.stop()
+        done = json.loads(_as(acc.agent, [acc.gid], 0o002, DELEGATE % project, env).stdout)
+        assert done["status"] == "completed", done
+        same_uid = _as(acc.service, [acc.gid], 0o007, DELEGATE % project, env)
+        assert json.loads(same_uid.stdout)["error_code"] == "peer_unknown"
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        daemon.stop()
