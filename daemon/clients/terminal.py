@@ -304,12 +304,10 @@ async def run_async(
     stop = interrupt if interrupt is not None else _interrupts(asyncio.get_running_loop())
     ask = ask if ask is not None else terminal_asker(renderer.question)
     body: dict[str, Any] = {"task": args.task, "cwd": args.cwd}
-    for name, text in body.items():
-        # A byte the locale cannot decode reaches argv as a lone surrogate, which no JSON body
-        # can carry: said here, not as the daemon's "not valid JSON".
-        if not text.isascii() and _SURROGATE.search(text):
-            renderer.note(f"refused: the {name} is not valid UTF-8", style="red")
-            return EXIT_REFUSED
+    # A byte the locale cannot decode is a lone surrogate in argv, which no JSON body carries.
+    if bad := [name for name, text in body.items() if _SURROGATE.search(text)]:
+        renderer.note(f"refused: the {bad[0]} is not valid UTF-8", style="red")
+        return EXIT_REFUSED
     if args.mode:
         body["mode"] = args.mode
     if args.resume:
@@ -390,11 +388,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--model", help="a model the operator allows")
     else:
         parser.description = "Follow runs already started."
-        # Parsed by daemon/clients/fleet.py, which daemon/cli.py hands a --redis call to.
-        parser.epilog = (
-            "--redis URL [--prefix P] [--new]: follow every daemon of a fleet through Redis "
-            "instead of one daemon's socket (README: Running a fleet)."
-        )
+        # daemon/cli.py hands a --redis call to daemon/clients/fleet.py, which parses these.
+        parser.epilog = "--redis URL [--prefix P] [--new]: follow a fleet through Redis (README)."
         group = parser.add_mutually_exclusive_group()
         group.add_argument("run", nargs="?", help="a run id (default: every run)")
         group.add_argument("--all", action="store_true", help="every run (the default)")
