@@ -33,6 +33,7 @@ from codelegate.daemon import logs
 from codelegate.daemon.serving.app import create_app
 from codelegate.daemon.serving.listeners import GatedSite
 from codelegate.daemon.serving.state import METRICS, STATE, manager_of
+from codelegate.daemon.store.queries import make_parent
 from codelegate.daemon.store.store import StoreError
 from codelegate.daemon.supervision.procs import become_subreaper
 from codelegate.daemon.tasks import spawn
@@ -138,12 +139,10 @@ def make_folder(path: str, key: str) -> None:
     Named, not a traceback: ``/run/codelegate`` as a uid that may not create it, a path through
     a file. ``doctor`` tells the same beforehand (``cli.folder_problem``).
     """
-    folder = os.path.dirname(path)
-    if not folder:
-        return
     try:
-        os.makedirs(folder, exist_ok=True)
+        make_parent(path)  # the one place folders of the daemon's files are made
     except OSError as exc:
+        folder = os.path.dirname(path)
         raise ServerError(f"cannot create {folder} for {key}: {exc.strerror or exc}") from exc
 
 
