@@ -37,7 +37,6 @@ BASE: Final = "http://codelegate"  # the host is a placeholder: the connector pi
 EXIT_OK: Final = 0
 EXIT_RUN_FAILED: Final = 1
 EXIT_REFUSED: Final = 2
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 EXIT_UNREACHABLE: Final = 3
 EXIT_INTERRUPTED: Final = 130
 # A stream that ends without run_result (the daemon dropped a lagging subscriber, or restarted)
@@ -47,6 +46,8 @@ _MAX_RESUMES: Final = 5
 _CANCEL_WAIT_S: Final = 30.0
 # The signals that end ``run`` by cancelling its run first (``watch`` just stops following).
 _ENDING_SIGNALS: Final = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+# What an argv byte the locale cannot decode becomes (surrogateescape).
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 class _Head(msgspec.Struct):
