@@ -152,7 +152,7 @@ class ProviderApproval(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit
     scopeClassification: ScopeClass
     allowOnce: bool
     allowSession: bool
-    files: list[str] | None = None  # file tools: basenames, at most 8
+    files: list[str] | None = None  # file tools: its name; a sensitive file's workspace path
 
 
 class ApprovalNeeded(_Frame, tag="approval_needed", frozen=True, kw_only=True):

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from codelegate.policy.approvals import ApprovalsConfig, session_rule
+from codelegate.translator.control import allow, deny
 from tests.golden.conftest import CliSandbox
 from tests.stub.anthropic import (
     Stub,
@@ -123,6 +125,10 @@ def user_texts(s: ControlSession) -> list[str]:
         if isinstance(content, list):
             out += [b["text"] for b in content if b.get("type") == "text"]
     return out
+
+
+def asking_or_done(line: Line) -> bool:
+    return can_use_tool(line) or is_result(line)
 
 
 def result_text(block: dict[str, Any]) -> str:
@@ -1101,7 +1107,91 @@ async def test_a_write_to_a_sensitive_file_inside_the_workspace_asks_with_a_safe
         body = {k: v for k, v in asked[name].items() if k != "tool_use_id"}
         assert body == sensitive_write(cli.path(name), name)
     # The CLI's own settings file says so in other words, of the same type.
-    settings = asked[".claude/settings.json"]
-    assert settings["decision_reason_type"] == "safetyCheck"
-    assert settings["description"] == ".claude/settings.json"
+    settings = {k: v for k, v in asked[".claude/settings.json"].items() if k != "tool_use_id"}
+    path = cli.path(".claude/settings.json")
+    assert settings == {
+        **sensitive_write(path, ".claude/settings.json"),
+        "decision_reason": f"Claude requested permissions to write to {path}, but you haven't "
+        "granted it yet.",
+    }
     assert not (cli.workspace / ".git" / "config").exists()
+
+
+async def test_a_sensitive_file_is_asked_about_by_every_tool_and_under_the_session_rule_too(
+    cli: CliSandbox,
+) -> None:
+    # Manual mode: the routine Write is asked, and allowed for the session with the daemon's own
+    # rule (Edit over the workspace). Later writes inside run unasked, but not to .git/config:
+    # Write, Edit and a Bash redirect into it are each asked again, as safety checks.
+    config = cli.workspace / ".git" / "config"
+    config.parent.mkdir()
+    config.write_text("[core]\n")
+    git_config = str(config)
+    stub = Stub(
+        [
+            tool("Write", file_path=cli.path("n.txt"), content="one\n"),
+            tool("Write", file_path=git_config, content="[core]\n\tfsmonitor = x\n"),
+            tool("Edit", file_path=git_config, old_string="[core]", new_string="[user]"),
+            tool("Bash", command="echo '[x]' >> .git/config", description="Append"),
+            tool("Write", file_path=cli.path("m.txt"), content="two\n"),
+            text("Done."),
+        ]
+    )
+    rule = session_rule(ApprovalsConfig(enabled=True), "Write", str(cli.workspace))
+    asked: list[dict[str, Any]] = []
+    async with serve_stub(stub):
+        s = await cli.control(stub.url, mode="manual", permission_surface=True)
+        try:
+            await s.initialize()
+            await s.user("Do it.")
+            after = 0
+            while not is_result(line := await s.wait_for(asking_or_done, after=after)):
+                after = s.index(line) + 1
+                body = line["request"]
+                asked.append(body)
+                print(f"\nCAN_USE_TOOL {body['tool_name']}", json.dumps(line))
+                answer = (
+                    allow(line["request_id"], body["input"], rule)
+                    if len(asked) == 1
+                    else deny(line["request_id"], "No.")
+                )
+                await s.send(json.loads(answer))
+        finally:
+            await s.kill()
+    first, write, edit, bash = asked
+    assert first["input"]["file_path"] == cli.path("n.txt")
+    assert "decision_reason_type" not in first
+    to_accept_edits = {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+    sensitive = sensitive_write(git_config, ".git/config")
+    # Write and Edit: the acceptEdits shape, but manual mode's one suggestion.
+    for body, name in ((write, "Write"), (edit, "Edit")):
+        assert {k: v for k, v in body.items() if k not in ("input", "tool_use_id")} == {
+            **{k: v for k, v in sensitive.items() if k != "input"},
+            "tool_name": name,
+            "display_name": name,
+            "permission_suggestions": [to_accept_edits],
+        }
+    assert edit["input"] == {
+        "file_path": git_config,
+        "old_string": "[core]",
+        "new_string": "[user]",
+        "replace_all": False,
+    }
+    # Bash: the file in blocked_path, and a suggestion to add its folder.
+    assert {k: v for k, v in bash.items() if k != "tool_use_id"} == {
+        **sensitive,
+        "tool_name": "Bash",
+        "display_name": "Bash",
+        "input": {"command": "echo '[x]' >> .git/config", "description": "Append"},
+        "description": "Append",
+        "blocked_path": git_config,
+        "permission_suggestions": [
+            {
+                "type": "addDirectories",
+                "directories": [str(config.parent)],
+                "destination": "session",
+            }
+        ],
+    }
+    assert config.read_text() == "[core]\n"
+    assert (cli.workspace / "m.txt").read_text() == "two\n"  # the rule still holds for the rest

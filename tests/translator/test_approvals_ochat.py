@@ -2,19 +2,23 @@
 
 The normalizer handles the Work Room's invocation frames; approval_needed is taken by O Chat's
 remote agent outside it (DESIGN "Approvals"), so here: the Work Room says it waits while a
-request is pending and works again after, and no approval frame adds an item of its own (one
-would show the raw command or path outside the typed rows).
+request is pending and works again after, no approval frame adds an item of its own (one
+would show the raw command or path outside the typed rows), and what O Chat makes of a card's
+``files`` (names only: a sensitive file's path does not survive).
 """
 
 from __future__ import annotations
 
 import json
 
+import msgspec
+
 from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.translator import Translator
-from codelegate.translator.frames import ApprovalNeeded, ApprovalResolved, Frame
+from codelegate.translator.frames import ApprovalNeeded, ApprovalResolved, Frame, ProviderActivity
 from tests.contract.ochat import Show
 from tests.contract.test_ochat import INVOCATION
+from tests.golden.test_control_channel import sensitive_write
 from tests.translator.helpers import (
     CWD,
     EXITED,
@@ -62,3 +66,38 @@ def test_o_chat_shows_the_work_room_waiting_for_a_decision_then_working_again(sh
     for at in (needed, resolved):
         assert steps[at] == steps[at - 1]
     assert CWD not in json.dumps(steps[-1])
+
+
+def test_o_chat_shows_a_sensitive_files_path_by_its_name_alone(show: Show) -> None:
+    # The CLI's own "sensitive file" prompt (tests/golden: captured from the real CLI). The
+    # frame names the file by its workspace path; O Chat shows names only. Its approval card is
+    # built by RemoteAgent (connectonion-react src/connect/remote-agent.ts,
+    # providerApprovalPresentation), which is not in the bundle: the normalizer takes no
+    # approval frame at all. RemoteAgent cuts providerApproval.files with the same
+    # providerFileName as the normalizer's Work Room rows, so a row carrying the card's files
+    # shows what the card does. The card renders no other text of the frame that could say
+    # where the file is: action, scope and reason are fixed texts, description never shown.
+    translator = Translator(context(), approvals=ApprovalsConfig(enabled=True))
+    path = f"{CWD}/.git/config"
+    request = {**sensitive_write(path, ".git/config"), "tool_use_id": "t1"}
+    frames: list[Frame] = translator.start(1000.0)
+    frames += translator.receive_data(init_line(), 1000.0)
+    frames += translator.receive_data(assistant(tool_use("t1", "Write", **request["input"])), 1001)
+    frames += translator.receive_data(
+        line(type="control_request", request_id="r", request=request), 1002.0
+    )
+    (needed,) = [f for f in frames if isinstance(f, ApprovalNeeded)]
+    assert needed.providerApproval.files == [".git/config"]
+    # The Write's rows, carrying the card's files.
+    card_files = [
+        msgspec.structs.replace(f, files=needed.providerApproval.files)
+        if isinstance(f, ProviderActivity) and f.activityId == needed.tool_id
+        else f
+        for f in frames
+    ]
+    (steps,) = show(card_files)
+    at = card_files.index(needed)
+    assert steps[at] == steps[at - 1]
+    (work_room,) = [item for item in steps[-1] if item.get("id") == INVOCATION]
+    (row,) = [row for row in work_room["activities"] if row["id"] == needed.tool_id]
+    assert row["files"] == ["config"]
