@@ -258,6 +258,8 @@ class Channel:
         """The CLI echoed what it took in (``isReplay``), ``content`` its message's content."""
         first = not self.prompted
         self.prompted = True
+        if not self._unread:
+            return  # nothing written mid-run (most runs): no echo to match
         for _ in range(_taken(self._unread, content, first=first)):
             self._unread.popleft()
 

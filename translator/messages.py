@@ -113,6 +113,8 @@ def _close_quotes(text: str, redact: Callable[[str], str]) -> str:
     has come: while it streams, the words after the first would show. Redacting with the quote
     closed masks them; the added quote is taken off again.
     """
+    if '"' not in text and "'" not in text:
+        return text  # no quote anywhere (most texts): two memchr, not a copy of its last line
     line = text[text.rfind("\n") + 1 :]
     closer = ('"' if line.count('"') % 2 else "") + ("'" if line.count("'") % 2 else "")
     if not closer:
