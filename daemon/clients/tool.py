@@ -38,6 +38,7 @@ from codelegate.daemon.clients.tool_result import (
     decode_answer,
     envelope,
     error_result,
+    known_session,
     lost,
     stopped,
 )
@@ -208,6 +209,9 @@ def call_run(
         run_id = response.getheader(RUN_ID_HEADER) or ""
         if not run_id:
             return envelope(decode_answer(response.status, response.read()))
+        # Its session, before any frame names it: so that a daemon gone before then still
+        # leaves the model a session to resume (tool_result.lost).
+        relay.session_id = known_session(path, run_id)
         relay.bind(stop, poll_s)
         relay.prompt(run_id, str(body.get("task", "")), body.get("parent"))
         final = follow(path, run_id, relay, stop, poll_s, _post_cancel)

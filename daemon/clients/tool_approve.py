@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from codelegate.daemon.clients.tool_wait import Watch, closer_of
+from codelegate.daemon.clients.tool_wait import Watch, closer_of, warn_unclosable
 from codelegate.daemon.clients.unix_http import post_json
 
 NO_ONE_HERE: Final = "No one can approve this here"
@@ -135,6 +135,7 @@ class Approver:
                 with watch:
                     answer = io.receive()
             else:  # an IO the wait cannot be ended on: as ConnectOnion's own tools wait
+                warn_unclosable(io)
                 answer = io.receive()
         except Exception as exc:
             # ConnectOnion's Stop while waiting (UserInterrupt): stop the run, not the tool.

@@ -99,8 +99,9 @@ class Relay:
         self._print = printer if io is None and callable(printer) else None
         self._acknowledged = False
         self.failures = 0
-        # The run's session as its frames name it: what the tool still has to give the model
-        # when the daemon goes away before its result (tool_result.lost).
+        # The run's session, as the daemon said it at the start, then as its frames name it:
+        # what the tool still has to give the model when the daemon goes away before its result
+        # (tool_result.lost).
         self.session_id = ""
 
     def bind(self, stop: Callable[[], bool] | None, poll_s: float) -> None:

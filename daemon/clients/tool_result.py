@@ -4,8 +4,10 @@ Standard library only, like :mod:`.tool`. A run can end for the tool without the
 result in two ways, and the model must hear which one it was: the caller stopped it (its Stop or
 the call's timeout: ``cancelled`` / ``timeout``), or the daemon went away under it (killed,
 restarted, its connection dropped: ``failed`` / ``daemon_unreachable``). Calling the second a
-cancel would tell the model that the user stopped the run. Both keep the run id and the session
-id the run's frames carried, so that the agent can resume the session once the daemon is back.
+cancel would tell the model that the user stopped the run. Both keep the run id and the run's
+session id, so that the agent can resume the session once the daemon is back: the one the
+daemon launched the run with (asked as soon as the run has an id, :func:`known_session`), or the
+one its frames named since. Where none is known, the result says that a new call starts afresh.
 """
 
 from __future__ import annotations
@@ -68,21 +70,54 @@ def stopped(run_id: str, session_id: str, timed_out: bool) -> dict[str, Any]:
     return _of_run(result, run_id, session_id)
 
 
+def known_session(path: str, run_id: str) -> str:
+    """The session the daemon launched ``run_id`` with, or "" if it does not say.
+
+    Asked as soon as the POST's answer names the run: its frames may name the session only at
+    the CLI's first output (seconds later, or never, if the daemon goes away first)."""
+    return _session_of(*_state(path, run_id))
+
+
 def lost(path: str, run_id: str, session_id: str) -> dict[str, Any]:
     """No one stopped the run, yet its result did not come: the daemon went away (or its
     connection dropped). A daemon that is back and knows how the run ended has the last word
     (a restart closes it ``interrupted``); else the result says what happened, and how to go on."""
-    status, state = request_json(path, "GET", f"/v1/runs/{run_id}")
-    final = state.get("result") if status == 200 and isinstance(state, dict) else None
+    status, state = _state(path, run_id)
+    final = state.get("result") if status == 200 and state is not None else None
     if isinstance(final, dict) and final.get("status") not in (None, "running"):
         return _of_run(envelope(final), run_id, session_id)
-    message = (
-        f"the daemon went away before it reported the run's result (run {run_id}); once "
-        f"codelegate serves again, GET /v1/runs/{run_id} says how the run ended"
-    )
+    session_id = session_id or _session_of(status, state)
+    message = f"the daemon went away before it reported the run's result (run {run_id})"
     if session_id:
-        message += ", and this session_id resumes it"
+        message += (
+            f"; once codelegate serves again, GET /v1/runs/{run_id} says how the run ended, "
+            "and this session_id resumes it"
+        )
+    else:
+        # The model must not think it resumes anything: say what a new call does.
+        message += (
+            ", and the daemon that serves now has no record of it"
+            if status == 404
+            else f" and before the tool learnt the run's session; once codelegate serves again, "
+            f"GET /v1/runs/{run_id} says how the run ended and which session it had"
+        )
+        message += (
+            ". No session_id is known for it: calling claude_code again starts a fresh Claude "
+            "Code session, which knows nothing of this run (the workspace keeps whatever it "
+            "changed)"
+        )
     return _of_run(error_result("failed", "daemon_unreachable", message), run_id, session_id)
+
+
+def _state(path: str, run_id: str) -> tuple[int, dict[str, Any] | None]:
+    """``GET /v1/runs/{run_id}``: its status (0: no daemon answered) and the run's state."""
+    status, state = request_json(path, "GET", f"/v1/runs/{run_id}")
+    return status, state if isinstance(state, dict) else None
+
+
+def _session_of(status: int, state: dict[str, Any] | None) -> str:
+    session = state.get("session_id") if status == 200 and state is not None else None
+    return session if isinstance(session, str) else ""
 
 
 def _of_run(result: dict[str, Any], run_id: str, session_id: str) -> dict[str, Any]:

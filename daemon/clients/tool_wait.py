@@ -16,14 +16,22 @@ Why not ``WebSocketIO.receive_interruptibly(event)``: it stops the wait, but lea
 open in ConnectOnion, so a late answer still lands in the mailbox, and ConnectOnion's
 normalised approval answer has neither a type nor the request id to pick it out by.
 
-Hosted, the tool's IO is ConnectOnion 1.9.2's ``InterruptibleIO`` lease over the
-``WebSocketIO``; the lease offers no ``answer_request``, so the watch finds the one it wraps
-(its private ``__io``). An IO with neither is waited on as before: until an answer or a Stop.
+Hosted, the tool's IO is ConnectOnion's ``InterruptibleIO`` lease over the ``WebSocketIO``
+(1.9.0 to 1.9.2, alike here). The lease has no public way to end a wait or close a request: its
+``receive()`` ends on a message or on its own ``cancel()``, which revokes the whole invocation
+(sends dropped, the tool's result replaced by "interrupted"). So the watch takes the
+``answer_request`` of the IO the lease wraps, from its private ``__io``: the one private name
+the tool uses. It fails safe, and says so: an IO where it is missing (another ConnectOnion),
+or whose ``answer_request`` will not take the closing answer, is waited on as ConnectOnion's own
+tools wait (until an answer or a Stop: a request the daemon ended first then waits for the
+person's answer, which the daemon refuses), with a warning on Python's ``logging`` (on stderr
+where the agent configured none) that says why.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -40,8 +48,15 @@ _CLOSING: Final[dict[str, dict[str, Any]]] = {
     "APPROVAL_RESPONSE": {"approved": False},
     "ASK_USER_RESPONSE": {"answer": ""},
 }
-# ConnectOnion 1.9.2's InterruptibleIO keeps the IO it wraps under this (name-mangled) name.
+# ConnectOnion 1.9's InterruptibleIO keeps the IO it wraps under this (name-mangled) name.
 _LEASE_INNER: Final = "_InterruptibleIO__io"
+_log = logging.getLogger(__name__)
+# What the tool's waits lose without a way to close a request (said in each warning).
+_WAITS_ON: Final = (
+    "a request the daemon ends first (its timeout, a cancel, another client's answer, the "
+    "run's end) keeps the tool waiting until the person answers it or a Stop comes "
+    "(README, From a ConnectOnion agent: ConnectOnion versions)"
+)
 # A watch the daemon closed (it lagged) picks up again with after=; a few times at most.
 _RECONNECTS: Final = 5
 
@@ -55,6 +70,17 @@ def closer_of(io: Any) -> Close | None:
         if candidate is not None and callable(answer):
             return functools.partial(answer, candidate)
     return None
+
+
+def warn_unclosable(io: Any) -> None:
+    """Say that a request put to ``io`` cannot be closed (logged: a warning never raises)."""
+    _log.warning(
+        "codelegate claude_code: the agent's IO (%s.%s) has no answer_request, nor a "
+        "ConnectOnion lease around one: %s",
+        type(io).__module__,
+        type(io).__qualname__,
+        _WAITS_ON,
+    )
 
 
 class Watch:
@@ -151,4 +177,14 @@ class Watch:
             # a closing answer would only be left in the mailbox.
             return
         self.over = over
-        self._close(dict(self._closing))
+        try:
+            self._close(dict(self._closing))
+        except Exception as exc:
+            # Another ConnectOnion's answer_request: the watch thread must not die of it unseen.
+            _log.warning(
+                "codelegate claude_code: the agent's IO refused to close request %s (%s: %s); %s",
+                self._request_id,
+                type(exc).__name__,
+                exc,
+                _WAITS_ON,
+            )
