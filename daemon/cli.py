@@ -113,7 +113,7 @@ def _refuse_while_served(config: Config, path: str) -> None:
     served, and the second `make run` that is then refused would have changed the first's. The
     store lock is the very test serve makes (taken and let go at once).
     """
-    from codelegate.daemon.serving.server import ServerError, lock_store
+    from codelegate.daemon.serving.binding import ServerError, lock_store
 
     try:
         os.close(lock_store(config.store.path))
@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dev_config(workspace: str, claude: str) -> int:
-    from codelegate.daemon.serving.server import ServerError
+    from codelegate.daemon.serving.binding import ServerError
 
     try:
         print(write_dev_config(workspace, claude))
@@ -291,7 +291,7 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
 def folder_problem(key: str, path: str) -> str | None:
     """Why ``serve`` could not create, or write in, the folder the file ``path`` of setting
     ``key`` lives in, told without creating anything: the error serve's own ``makedirs``
-    (``server.make_folder``) or bind would meet, for this uid."""
+    (``binding.make_folder``) or bind would meet, for this uid."""
     folder = os.path.dirname(os.path.abspath(path))
     existing = folder
     while not os.path.lexists(existing):

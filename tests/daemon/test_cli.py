@@ -247,7 +247,7 @@ def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
 def test_doctor_refuses_the_token_serve_refuses(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from codelegate.daemon.serving.server import ServerError, read_token
+    from codelegate.daemon.serving.binding import ServerError, read_token
 
     short = secrets.token_hex(3)[:5].encode()  # 5 bytes, as in the issue
     config = _tcp_config(tmp_path, short + b"\n", FAKE_CLAUDE)

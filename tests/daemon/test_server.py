@@ -10,7 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from codelegate.daemon.serving.server import ServerError, bind_unix_socket, start_server
+from codelegate.daemon.serving.binding import ServerError, bind_unix_socket
+from codelegate.daemon.serving.server import start_server
 from tests.daemon.conftest import BASE, child_environ, make_config, running_daemon, tcp_listener
 
 TOKEN = "t0k3n-for-tests-0123456789abcdef"
@@ -143,7 +144,7 @@ def test_watchdog_interval_is_half_the_period_for_this_pid() -> None:
 
 
 def test_socket_activation_only_for_this_pid() -> None:
-    from codelegate.daemon.serving.server import inherited_socket
+    from codelegate.daemon.serving.binding import inherited_socket
 
     assert inherited_socket({}) is None
     assert inherited_socket({"LISTEN_PID": "1", "LISTEN_FDS": "1"}) is None
