@@ -229,6 +229,7 @@ def _translate(path: str, *, cwd: str, run_id: str) -> int:
 
 def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) -> int:
     """Print what the config means here; non-zero when something stops it from working."""
+    from codelegate.daemon.supervision.supervisor import can_enter
     from codelegate.policy.checks import check_environment
     from codelegate.policy.child_env import auth_variables_present
 
@@ -268,6 +269,8 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
             config,
             isdir=os.path.isdir,
             is_executable=lambda path: shutil.which(path) is not None,
+            can_enter=can_enter,
+            uid=os.geteuid(),
             isfile=os.path.isfile,
         )
     ]

@@ -12,6 +12,7 @@ from typing import Final
 import msgspec
 
 from codelegate.policy.config import Config
+from codelegate.policy.workspace import closed_folder, no_entry
 
 # Shorter bearer tokens are guessable; `serve` refuses them and `doctor` says so first.
 MIN_TOKEN_BYTES: Final = 16
@@ -41,27 +42,43 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.key}: {self.message}"
 
 
+def root_problems(
+    config: Config, *, isdir: Callable[[str], bool], can_enter: Callable[[str], bool], uid: int
+) -> list[Problem]:
+    """The workspace roots no run could start in, for this ``uid`` (the daemon's): missing, or
+    closed to it (``can_enter``, as a run's cwd is checked)."""
+    problems: list[Problem] = []
+    for index, root in enumerate(config.policy.workspaces):
+        key = f"policy.workspaces[{index}]"
+        closed = closed_folder(root, isdir=isdir, can_enter=can_enter)
+        if closed is not None:
+            message = (
+                f"{no_entry(closed, f'uid {uid}')}, so no run can start in {root}; give uid "
+                f"{uid} search permission there (chmod, or a group it is in) or serve as a user "
+                "that has it"
+            )
+            problems.append(Problem(key=key, message=message))
+        elif not isdir(root):
+            problems.append(Problem(key=key, message=f"{root} is not an existing directory"))
+    return problems
+
+
 def check_environment(
     config: Config,
     *,
     isdir: Callable[[str], bool],
     is_executable: Callable[[str], bool],
+    can_enter: Callable[[str], bool],
+    uid: int,
     isfile: Callable[[str], bool] | None = None,
 ) -> list[Problem]:
     """What stops this config from working here; empty when nothing does.
 
     ``is_executable`` receives ``[claude] path`` as written: for a bare name such as ``claude``
-    the caller looks it up on PATH. ``isfile``, when given, checks ``[server] token_file``.
+    the caller looks it up on PATH. ``can_enter`` and ``uid``: :func:`root_problems`. ``isfile``,
+    when given, checks ``[server] token_file``.
     """
-    problems: list[Problem] = []
-    for index, root in enumerate(config.policy.workspaces):
-        if not isdir(root):
-            problems.append(
-                Problem(
-                    key=f"policy.workspaces[{index}]",
-                    message=f"{root} is not an existing directory",
-                )
-            )
+    problems = root_problems(config, isdir=isdir, can_enter=can_enter, uid=uid)
     if not is_executable(config.claude.path):
         problems.append(
             Problem(

@@ -42,7 +42,9 @@ from codelegate.daemon.serving.listeners import GatedSite
 from codelegate.daemon.serving.state import METRICS, STATE, manager_of
 from codelegate.daemon.store.store import StoreError
 from codelegate.daemon.supervision.procs import become_subreaper
+from codelegate.daemon.supervision.supervisor import can_enter
 from codelegate.daemon.tasks import spawn
+from codelegate.policy.checks import root_problems
 from codelegate.policy.child_env import passed_secrets
 from codelegate.policy.config import Config, ServerConfig, socket_mode_bits
 
@@ -221,10 +223,16 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     else:  # orphans of runs then go to pid 1: out of the ancestry that tells a run's processes
         _log.warning("subreaper_unavailable", hint="a run's orphans are told by cgroup or marker")
     raise_nofile_limit(config.server)
+    closed = [
+        str(p)
+        for p in root_problems(config, isdir=os.path.isdir, can_enter=can_enter, uid=os.geteuid())
+    ]
     try:
+        if closed and len(closed) == len(config.policy.workspaces):  # every run would be refused
+            raise ServerError(f"no workspace root is usable: {'; '.join(closed)}")
         handle = await start_server(config, activation=True)
     except ServerError as exc:
-        _log.error("cannot_start", error=str(exc))  # listeners, store lock or store
+        _log.error("cannot_start", error=str(exc))  # roots, listeners, store lock or store
         logs.say(f"codelegate: {exc}")
         return 1
     stop = asyncio.Event()
@@ -245,6 +253,9 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
             f"codelegate: warning: {config.claude.path} does not answer --version: runs will "
             "fail to start (codelegate doctor tells why)"
         )
+    for problem in closed:  # serving the other roots; this one may be mended while it runs
+        _log.warning("workspace_unusable", problem=problem)
+        logs.say(f"codelegate: warning: {problem}")
     # Everything allocated so far (modules, config, the app) lives as long as the daemon: keep
     # it out of the collector's scans, whose full passes otherwise pause the fan-out for tens
     # of milliseconds (bench/RESULTS.md).
