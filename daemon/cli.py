@@ -277,6 +277,8 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
     problems.extend(_path_problems(config))
     if server.tcp and server.token_file and os.path.isfile(server.token_file):
         problems.extend(_token_problems(server.token_file))
+    if server.tcp:
+        problems.extend(_tcp_problems(server.tcp, config.store.path, out))
     if resolved:
         version = asyncio.run(cli_version(resolved, os.environ))
         out.append(f"claude version: {version_note(version)}")
@@ -315,13 +317,34 @@ def _path_problems(config: Config) -> list[str]:
     socket unit binds there itself, and the units create it for the daemon's uid anyway.
     """
     from codelegate.daemon.store.queries import file_problem
+    from codelegate.policy.checks import socket_path_problem
 
-    socket = folder_problem("server.socket", config.server.socket)
+    too_long = socket_path_problem(os.path.abspath(config.server.socket))
+    if too_long:  # serve refuses it before it makes the folder: the one problem of the setting
+        socket: str | None = f"server.socket: {too_long}"
+    else:
+        socket = folder_problem("server.socket", config.server.socket)
     store = folder_problem("store.path", config.store.path)
     if store is None:  # the file only in a folder serve can use: one problem for the setting
         stored = file_problem(os.path.abspath(config.store.path))
         store = f"store.path: {stored}" if stored else None
     return [p for p in (socket, store) if p]
+
+
+def _tcp_problems(tcp: str, store: str, out: list[str]) -> list[str]:
+    """Whether serve could listen on ``[server] tcp``: bound (and let go) as serve binds it,
+    unless a daemon serving this config holds the ``store``, and so the port too."""
+    from codelegate.daemon.serving.binding import ServerError, bind_tcp, store_holder
+
+    holder = store_holder(store)
+    if holder is not None:
+        out.append(f"tcp: {tcp} is served now by the daemon (pid {holder}) holding the store")
+        return []
+    try:
+        bind_tcp(tcp).close()
+    except ServerError as exc:
+        return [f"server.tcp: {exc}"]
+    return []
 
 
 def _token_problems(path: str) -> list[str]:

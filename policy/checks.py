@@ -16,6 +16,20 @@ from codelegate.policy.workspace import closed_folder, no_entry
 
 # Shorter bearer tokens are guessable; `serve` refuses them and `doctor` says so first.
 MIN_TOKEN_BYTES: Final = 16
+# sun_path holds 108 bytes on Linux, its terminating NUL included: a longer path fails only at
+# bind, as "AF_UNIX path too long", so serve and doctor name it first.
+UNIX_PATH_MAX: Final = 107
+
+
+def socket_path_problem(path: str) -> str | None:
+    """Why the absolute ``[server] socket`` path cannot be a Unix socket's; None when it can."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    if size <= UNIX_PATH_MAX:
+        return None
+    return (
+        f"{path} is {size} bytes long, over the {UNIX_PATH_MAX} a Unix socket path may have; "
+        "choose a shorter [server] socket"
+    )
 
 
 def token_problem(token: bytes, mode: int) -> str | None:

@@ -9,6 +9,7 @@ same checks (the same functions) beforehand.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from codelegate.daemon.store.queries import make_parent
-from codelegate.policy.checks import token_problem
+from codelegate.policy.checks import socket_path_problem, token_problem
 from codelegate.policy.config import parse_tcp
 
 SD_LISTEN_FDS_START: Final = 3
@@ -88,6 +89,9 @@ def make_folder(path: str, key: str) -> None:
 
 def bind_unix_socket(path: str, mode: int) -> socket.socket:
     """A Unix stream socket bound at ``path`` with permission bits ``mode``."""
+    too_long = socket_path_problem(path)  # said before the folder is made for it
+    if too_long:
+        raise ServerError(f"server.socket: {too_long}")
     make_folder(path, "server.socket")
     _remove_stale_socket(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -137,6 +141,24 @@ def lock_store(store_path: str) -> int:
     return fd
 
 
+def store_holder(store_path: str) -> str | None:
+    """The pid of the daemon holding the store's lock now (as lock_store wrote it), or None
+    when none does or this uid cannot tell; creates and takes nothing (for ``doctor``)."""
+    try:
+        fd = os.open(absolute(store_path) + ".lock", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # a shared lock taken goes with it
+    return None
+
+
 def read_token(path: str) -> bytes:
     """The TCP bearer token from ``token_file`` (surrounding whitespace dropped)."""
     try:
@@ -162,4 +184,8 @@ def bind_tcp(value: str) -> socket.socket:
     except ValueError as exc:
         raise ServerError(f"[server] tcp: {exc}") from exc
     except OSError as exc:
-        raise ServerError(f"cannot listen on {value}: {exc.strerror or exc}") from exc
+        # create_server adds "(while attempting to bind on address …)" to strerror: not again.
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno == errno.EADDRINUSE:  # doctor says the same (it binds the same way)
+            reason += "; stop what listens there (ss -ltnp) or choose another [server] tcp port"
+        raise ServerError(f"cannot listen on {value}: {reason}") from exc

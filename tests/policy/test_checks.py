@@ -7,8 +7,10 @@ from typing import Any
 
 from codelegate.policy.checks import (
     MIN_TOKEN_BYTES,
+    UNIX_PATH_MAX,
     Problem,
     check_environment,
+    socket_path_problem,
     token_problem,
 )
 from codelegate.policy.config import Config
@@ -119,3 +121,16 @@ def test_a_missing_root_that_also_cannot_be_entered_is_said_to_be_missing() -> N
     assert [str(p) for p in problems] == [
         "policy.workspaces[0]: /srv/a is not an existing directory"
     ]
+
+
+def test_a_socket_path_over_the_unix_limit_is_named_with_its_length() -> None:
+    fits = "/" + "s" * (UNIX_PATH_MAX - 1)
+    assert socket_path_problem(fits) is None
+    problem = socket_path_problem(fits + "s")
+    assert problem == (
+        f"{fits}s is 108 bytes long, over the 107 a Unix socket path may have; "
+        "choose a shorter [server] socket"
+    )
+    wide = "/" + "é" * 54  # 109 bytes in 55 characters: the limit is in bytes
+    assert socket_path_problem(wide) is not None
+    assert "109 bytes" in str(socket_path_problem(wide))

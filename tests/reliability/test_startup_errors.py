@@ -208,6 +208,37 @@ async def test_a_daemon_whose_cli_does_not_answer_serves_and_says_so_at_start(
     assert f"codelegate: warning: {missing} does not answer --version" in "\n".join(said)
 
 
+def test_a_too_long_socket_path_is_one_line_of_serve_and_a_doctor_problem_with_the_fix(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    # Was "cannot bind …: AF_UNIX path too long" from serve, after making the folder; doctor
+    # passed.
+    socket = short_dir / ("s" * 100) / "d.sock"
+    config = write_config(short_dir, workspace, socket=socket)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+
+    def cli(name: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "codelegate.daemon.cli", name, "--config", str(config)]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    problem = (
+        f"server.socket: {socket} is {len(str(socket).encode())} bytes long, over the 107 a Unix"
+        " socket path may have; choose a shorter [server] socket"
+    )
+    doctor_said = cli("doctor")
+    assert doctor_said.returncode == 1
+    assert [x for x in doctor_said.stdout.splitlines() if x.startswith("PROBLEM")] == [
+        f"PROBLEM {problem}"
+    ]
+    served = cli("serve")
+    assert served.returncode == 1
+    assert "Traceback" not in served.stderr + served.stdout
+    assert [x for x in served.stderr.splitlines() if x.startswith("codelegate")] == [
+        f"codelegate: {problem}"
+    ]
+    assert not socket.parent.exists()
+
+
 def _shut_folders(base: Path) -> tuple[Path, Path, Path]:
     """``base/state`` open to every uid (socket, store), ``base/ws`` a root with a folder
     ``private`` no uid but root may enter, and ``base/closed``, a root no uid but root may."""
