@@ -18,6 +18,7 @@ import importlib
 import json
 import math
 import os
+import pwd
 import shutil
 import socket
 import sys
@@ -230,7 +231,7 @@ def _translate(path: str, *, cwd: str, run_id: str) -> int:
 def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) -> int:
     """Print what the config means here; non-zero when something stops it from working."""
     from codelegate.daemon.supervision.supervisor import can_enter
-    from codelegate.policy.checks import check_environment
+    from codelegate.policy.checks import check_environment, credentials_warning
     from codelegate.policy.child_env import auth_variables_present
 
     env = os.environ if environ is None else environ
@@ -288,9 +289,20 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
         problems.extend(_doctor_fanout(config.fanout, out))
     present = auth_variables_present(config, env)
     out.append("auth variables present: " + (", ".join(present) if present else "none"))
+    unauthenticated = credentials_warning(config, env, home=_home(), isfile=os.path.isfile)
+    if unauthenticated:
+        out.append(f"WARNING auth: {unauthenticated}")
     out.extend(f"PROBLEM {p}" for p in problems)
     print("\n".join(out))
     return 1 if problems else 0
+
+
+def _home() -> str:
+    """This uid's home in the user database: where the CLI's ``os.homedir()`` looks without HOME."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:  # a uid without an entry (a container's --user)
+        return "/"
 
 
 def folder_problem(key: str, path: str) -> str | None:

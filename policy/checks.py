@@ -6,12 +6,14 @@ Pure like the rest of policy: the filesystem comes in as callables, so the daemo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import msgspec
 
+from codelegate.policy.child_env import WHERE_VARS, cli_login_file, credential_variables
 from codelegate.policy.config import Config
+from codelegate.policy.environment import AUTH_VARS
 from codelegate.policy.workspace import closed_folder, no_entry
 
 # Shorter bearer tokens are guessable; `serve` refuses them and `doctor` says so first.
@@ -119,3 +121,23 @@ def check_environment(
             Problem(key="server.token_file", message=f"{token_file} is not an existing file")
         )
     return problems
+
+
+def credentials_warning(
+    config: Config, parent_env: Mapping[str, str], *, home: str, isfile: Callable[[str], bool]
+) -> str | None:
+    """Why runs may fail to authenticate: no credential variable in ``parent_env`` (the
+    daemon's environment) and no login of the CLI's own (``isfile`` on its file). A warning,
+    not a problem: the CLI may be logged in where this cannot see, its keychain say."""
+    if credential_variables(config, parent_env):
+        return None
+    login = cli_login_file(config, parent_env, home=home)
+    if isfile(login):
+        return None
+    names = ", ".join(sorted(AUTH_VARS - WHERE_VARS))
+    return (
+        f"no credentials: none of {names} is set here and the CLI has no login of its own in "
+        f"{login}, so runs will fail to authenticate; export ANTHROPIC_API_KEY (or another) "
+        "where serve starts (under systemd: /etc/codelegate/env), or log the CLI in as the "
+        "daemon's user (run claude, then /login)"
+    )

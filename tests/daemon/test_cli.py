@@ -359,3 +359,27 @@ def test_doctor_names_a_socket_path_too_long_for_af_unix_and_makes_nothing(
         " Unix socket path may have; choose a shorter [server] socket"
     ]
     assert not path.parent.exists()
+
+
+def test_doctor_warns_when_runs_would_have_no_credentials_and_says_how_to_give_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    env = {"CODELEGATE_CLAUDE": FAKE_CLAUDE, "PATH": "", "HOME": str(home)}
+    login = home / ".claude" / ".credentials.json"
+    assert doctor(None, env) == 0  # a warning: the CLI may be logged in where doctor cannot see
+    warnings = [x for x in capsys.readouterr().out.splitlines() if x.startswith("WARNING")]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("WARNING auth: no credentials: none of ANTHROPIC_API_KEY")
+    assert f"no login of its own in {login}" in warnings[0]
+    login.parent.mkdir(parents=True)
+    login.write_text(secrets.token_hex(16))  # `claude` then /login, as the daemon's user
+    assert doctor(None, env) == 0
+    assert "WARNING" not in capsys.readouterr().out
+    login.unlink()
+    key = secrets.token_hex(16)
+    assert doctor(None, {**env, "ANTHROPIC_API_KEY": key}) == 0
+    out = capsys.readouterr().out
+    assert "WARNING" not in out
+    assert key not in out

@@ -5,14 +5,18 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import pytest
+
 from codelegate.policy.checks import (
     MIN_TOKEN_BYTES,
     UNIX_PATH_MAX,
     Problem,
     check_environment,
+    credentials_warning,
     socket_path_problem,
     token_problem,
 )
+from codelegate.policy.child_env import cli_login_file
 from codelegate.policy.config import Config
 from tests.policy.conftest import make_config
 
@@ -134,3 +138,76 @@ def test_a_socket_path_over_the_unix_limit_is_named_with_its_length() -> None:
     wide = "/" + "é" * 54  # 109 bytes in 55 characters: the limit is in bytes
     assert socket_path_problem(wide) is not None
     assert "109 bytes" in str(socket_path_problem(wide))
+
+
+HOME = "/home/op"
+
+
+def test_no_credential_variable_and_no_cli_login_is_a_warning_naming_the_file() -> None:
+    config = make_config()
+    warning = credentials_warning(config, {"HOME": HOME}, home="/nowhere", isfile=lambda p: False)
+    assert warning is not None
+    assert warning.startswith(
+        "no credentials: none of ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, CLAUDE_CODE_OAUTH_TOKEN"
+        f" is set here and the CLI has no login of its own in {HOME}/.claude/.credentials.json"
+    )
+    assert "export ANTHROPIC_API_KEY" in warning
+    assert "/login" in warning
+    login = f"{HOME}/.claude/.credentials.json"
+    assert credentials_warning(config, {"HOME": HOME}, home="/x", isfile={login}.__contains__) is (
+        None
+    )
+    key = secrets.token_hex(16)
+    for name in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"):
+        assert credentials_warning(config, {name: key}, home=HOME, isfile=lambda p: False) is None
+
+
+def test_where_the_cli_looks_is_no_credential() -> None:
+    env = {"CLAUDE_CONFIG_DIR": "/etc/claude", "ANTHROPIC_BASE_URL": "https://gw.example"}
+    warning = credentials_warning(make_config(), env, home=HOME, isfile=lambda p: False)
+    assert warning is not None
+    assert "/etc/claude/.credentials.json" in warning
+
+
+def test_bedrock_credentials_count_once_bedrock_is_enabled() -> None:
+    env = {"AWS_PROFILE": "ops", "CLAUDE_CODE_USE_BEDROCK": "1"}
+    assert credentials_warning(make_config(), env, home=HOME, isfile=lambda p: False)
+    bedrock = make_config("[claude]\nenable_bedrock = true")
+    assert credentials_warning(bedrock, env, home=HOME, isfile=lambda p: False) is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "env", "expected"),
+    [
+        ("", {"HOME": HOME}, f"{HOME}/.claude"),
+        ("", {}, "/db/home/.claude"),  # no HOME: the user database's, as os.homedir()
+        ("", {"HOME": ""}, "/db/home/.claude"),
+        ("", {"HOME": HOME, "CLAUDE_CONFIG_DIR": "/etc/claude"}, "/etc/claude"),
+        ("", {"HOME": HOME, "CLAUDE_CONFIG_DIR": ""}, f"{HOME}/.claude"),
+        # The CLI's secure storage folder wins, but only a run that is passed it sees it.
+        ("", {"HOME": HOME, "CLAUDE_SECURESTORAGE_CONFIG_DIR": "/s"}, f"{HOME}/.claude"),
+        (
+            '[claude]\npass_env = ["CLAUDE_SECURESTORAGE_CONFIG_DIR"]',
+            {
+                "HOME": HOME,
+                "CLAUDE_CONFIG_DIR": "/etc/claude",
+                "CLAUDE_SECURESTORAGE_CONFIG_DIR": "/s",
+            },
+            "/s",
+        ),
+        (
+            '[claude]\npass_env = ["CLAUDE_SECURESTORAGE_CONFIG_DIR"]',
+            {
+                "HOME": HOME,
+                "CLAUDE_CONFIG_DIR": "/etc/claude",
+                "CLAUDE_SECURESTORAGE_CONFIG_DIR": "",
+            },
+            f"{HOME}/.claude",
+        ),
+    ],
+)
+def test_the_cli_login_file_is_where_the_pinned_cli_reads_it_in_a_runs_environment(
+    extra: str, env: dict[str, str], expected: str
+) -> None:
+    login = cli_login_file(make_config(extra), env, home="/db/home")
+    assert login == f"{expected}/.credentials.json"
