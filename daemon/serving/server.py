@@ -235,10 +235,12 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
         _log.error("cannot_start", error=str(exc))  # roots, listeners, store lock or store
         logs.say(f"codelegate: {exc}")
         return 1
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)  # handlers only set a flag; shutdown is here
+        # Handlers only set a flag, shutdown is here: the first signal drains, a second one
+        # cuts the drain short.
+        loop.add_signal_handler(signum, lambda: (hurry if stop.is_set() else stop).set())
     where = [f"unix:{handle.socket_path}"]
     if handle.tcp_port is not None:
         where.append(f"tcp:{config.server.tcp}")
@@ -268,13 +270,45 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     finally:
         _log.info("stopping", drain_s=drain_s)
         sd_notify("STOPPING=1")
-        await handle.close(drain_s)
+        await _close(handle, drain_s, hurry)
         if dog is not None:
             dog.cancel()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         _log.info("stopped")
     return 0
+
+
+def drain_notice(running: int, drain_s: float) -> str:
+    """The operator's line when a signal starts the drain: what it waits for, how to cut it."""
+    if running == 0:
+        return "codelegate: stopping; no run to drain"
+    runs = _runs(running)
+    if drain_s == 0:
+        return f"codelegate: stopping; cancelling {runs} (--drain 0)"
+    them = "it" if running == 1 else "them"
+    return f"codelegate: draining {runs} (up to {drain_s:g} s); Ctrl-C again to cancel {them} now"
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'s' if count != 1 else ''}"
+
+
+async def _close(handle: ServerHandle, drain_s: float, hurry: asyncio.Event) -> None:
+    """``handle.close(drain_s)``, said on stderr; ``hurry`` (a second signal) cancels the runs
+    still draining at once rather than when ``drain_s`` is out."""
+    manager = manager_of(handle.app)
+    logs.say(drain_notice(manager.active_count, drain_s))
+    closing = spawn(handle.close(drain_s), name="close")
+    hurried = spawn(hurry.wait(), name="hurry")
+    await asyncio.wait((closing, hurried), return_when=asyncio.FIRST_COMPLETED)
+    hurried.cancel()
+    if not closing.done() and manager.active_count:
+        _log.info("drain_cut_short", runs=manager.active_count)
+        logs.say(f"codelegate: cancelling {_runs(manager.active_count)} now")
+        with contextlib.suppress(web.HTTPException):
+            await manager.drain(0)  # the close's own drain ends with them
+    await closing
 
 
 def ensure_standard_fds() -> None:
