@@ -18,6 +18,7 @@ import importlib
 import json
 import math
 import os
+import pwd
 import shutil
 import socket
 import sys
@@ -113,7 +114,7 @@ def _refuse_while_served(config: Config, path: str) -> None:
     served, and the second `make run` that is then refused would have changed the first's. The
     store lock is the very test serve makes (taken and let go at once).
     """
-    from codelegate.daemon.serving.server import ServerError, lock_store
+    from codelegate.daemon.serving.binding import ServerError, lock_store
 
     try:
         os.close(lock_store(config.store.path))
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dev_config(workspace: str, claude: str) -> int:
-    from codelegate.daemon.serving.server import ServerError
+    from codelegate.daemon.serving.binding import ServerError
 
     try:
         print(write_dev_config(workspace, claude))
@@ -229,7 +230,8 @@ def _translate(path: str, *, cwd: str, run_id: str) -> int:
 
 def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) -> int:
     """Print what the config means here; non-zero when something stops it from working."""
-    from codelegate.policy.checks import check_environment
+    from codelegate.daemon.supervision.supervisor import can_enter
+    from codelegate.policy.checks import check_environment, credentials_warning
     from codelegate.policy.child_env import auth_variables_present
 
     env = os.environ if environ is None else environ
@@ -268,12 +270,16 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
             config,
             isdir=os.path.isdir,
             is_executable=lambda path: shutil.which(path) is not None,
+            can_enter=can_enter,
+            uid=os.geteuid(),
             isfile=os.path.isfile,
         )
     ]
     problems.extend(_path_problems(config))
     if server.tcp and server.token_file and os.path.isfile(server.token_file):
         problems.extend(_token_problems(server.token_file))
+    if server.tcp:
+        problems.extend(_tcp_problems(server.tcp, config.store.path, out))
     if resolved:
         version = asyncio.run(cli_version(resolved, os.environ))
         out.append(f"claude version: {version_note(version)}")
@@ -283,15 +289,26 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
         problems.extend(_doctor_fanout(config.fanout, out))
     present = auth_variables_present(config, env)
     out.append("auth variables present: " + (", ".join(present) if present else "none"))
+    unauthenticated = credentials_warning(config, env, home=_home(), isfile=os.path.isfile)
+    if unauthenticated:
+        out.append(f"WARNING auth: {unauthenticated}")
     out.extend(f"PROBLEM {p}" for p in problems)
     print("\n".join(out))
     return 1 if problems else 0
 
 
+def _home() -> str:
+    """This uid's home in the user database: where the CLI's ``os.homedir()`` looks without HOME."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:  # a uid without an entry (a container's --user)
+        return "/"
+
+
 def folder_problem(key: str, path: str) -> str | None:
     """Why ``serve`` could not create, or write in, the folder the file ``path`` of setting
     ``key`` lives in, told without creating anything: the error serve's own ``makedirs``
-    (``server.make_folder``) or bind would meet, for this uid."""
+    (``binding.make_folder``) or bind would meet, for this uid."""
     folder = os.path.dirname(os.path.abspath(path))
     existing = folder
     while not os.path.lexists(existing):
@@ -312,13 +329,34 @@ def _path_problems(config: Config) -> list[str]:
     socket unit binds there itself, and the units create it for the daemon's uid anyway.
     """
     from codelegate.daemon.store.queries import file_problem
+    from codelegate.policy.checks import socket_path_problem
 
-    socket = folder_problem("server.socket", config.server.socket)
+    too_long = socket_path_problem(os.path.abspath(config.server.socket))
+    if too_long:  # serve refuses it before it makes the folder: the one problem of the setting
+        socket: str | None = f"server.socket: {too_long}"
+    else:
+        socket = folder_problem("server.socket", config.server.socket)
     store = folder_problem("store.path", config.store.path)
     if store is None:  # the file only in a folder serve can use: one problem for the setting
         stored = file_problem(os.path.abspath(config.store.path))
         store = f"store.path: {stored}" if stored else None
     return [p for p in (socket, store) if p]
+
+
+def _tcp_problems(tcp: str, store: str, out: list[str]) -> list[str]:
+    """Whether serve could listen on ``[server] tcp``: bound (and let go) as serve binds it,
+    unless a daemon serving this config holds the ``store``, and so the port too."""
+    from codelegate.daemon.serving.binding import ServerError, bind_tcp, store_holder
+
+    holder = store_holder(store)
+    if holder is not None:
+        out.append(f"tcp: {tcp} is served now by the daemon (pid {holder}) holding the store")
+        return []
+    try:
+        bind_tcp(tcp).close()
+    except ServerError as exc:
+        return [f"server.tcp: {exc}"]
+    return []
 
 
 def _token_problems(path: str) -> list[str]:

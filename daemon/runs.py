@@ -40,6 +40,7 @@ from codelegate.daemon.steering import send_input
 from codelegate.daemon.store.queries import RunRecord
 from codelegate.daemon.store.store import RunStore, StoreError
 from codelegate.daemon.subscriptions import Subscriptions
+from codelegate.daemon.supervision.supervisor import can_enter
 from codelegate.daemon.tasks import spawn
 from codelegate.policy.codes import SESSION_BUSY, TOO_MANY_RUNS
 from codelegate.policy.config import Config
@@ -134,7 +135,11 @@ class RunManager:
         """Decide everything through policy, then spawn; a PolicyError spawns nothing."""
         resolve_mode(self.config, request.mode)  # refuse a bad mode before touching anything
         cwd = resolve_workspace(
-            self.config, request.cwd, realpath=os.path.realpath, isdir=os.path.isdir
+            self.config,
+            request.cwd,
+            realpath=os.path.realpath,
+            isdir=os.path.isdir,
+            can_enter=can_enter,
         )
         run_id = str(uuid.uuid4())
         if request.resume is not None:

@@ -6,15 +6,32 @@ Pure like the rest of policy: the filesystem comes in as callables, so the daemo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import msgspec
 
+from codelegate.policy.child_env import WHERE_VARS, cli_login_file, credential_variables
 from codelegate.policy.config import Config
+from codelegate.policy.environment import AUTH_VARS
+from codelegate.policy.workspace import closed_folder, no_entry
 
 # Shorter bearer tokens are guessable; `serve` refuses them and `doctor` says so first.
 MIN_TOKEN_BYTES: Final = 16
+# sun_path holds 108 bytes on Linux, its terminating NUL included: a longer path fails only at
+# bind, as "AF_UNIX path too long", so serve and doctor name it first.
+UNIX_PATH_MAX: Final = 107
+
+
+def socket_path_problem(path: str) -> str | None:
+    """Why the absolute ``[server] socket`` path cannot be a Unix socket's; None when it can."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    if size <= UNIX_PATH_MAX:
+        return None
+    return (
+        f"{path} is {size} bytes long, over the {UNIX_PATH_MAX} a Unix socket path may have; "
+        "choose a shorter [server] socket"
+    )
 
 
 def token_problem(token: bytes, mode: int) -> str | None:
@@ -41,27 +58,43 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.key}: {self.message}"
 
 
+def root_problems(
+    config: Config, *, isdir: Callable[[str], bool], can_enter: Callable[[str], bool], uid: int
+) -> list[Problem]:
+    """The workspace roots no run could start in, for this ``uid`` (the daemon's): missing, or
+    closed to it (``can_enter``, as a run's cwd is checked)."""
+    problems: list[Problem] = []
+    for index, root in enumerate(config.policy.workspaces):
+        key = f"policy.workspaces[{index}]"
+        closed = closed_folder(root, isdir=isdir, can_enter=can_enter)
+        if closed is not None:
+            message = (
+                f"{no_entry(closed, f'uid {uid}')}, so no run can start in {root}; give uid "
+                f"{uid} search permission there (chmod, or a group it is in) or serve as a user "
+                "that has it"
+            )
+            problems.append(Problem(key=key, message=message))
+        elif not isdir(root):
+            problems.append(Problem(key=key, message=f"{root} is not an existing directory"))
+    return problems
+
+
 def check_environment(
     config: Config,
     *,
     isdir: Callable[[str], bool],
     is_executable: Callable[[str], bool],
+    can_enter: Callable[[str], bool],
+    uid: int,
     isfile: Callable[[str], bool] | None = None,
 ) -> list[Problem]:
     """What stops this config from working here; empty when nothing does.
 
     ``is_executable`` receives ``[claude] path`` as written: for a bare name such as ``claude``
-    the caller looks it up on PATH. ``isfile``, when given, checks ``[server] token_file``.
+    the caller looks it up on PATH. ``can_enter`` and ``uid``: :func:`root_problems`. ``isfile``,
+    when given, checks ``[server] token_file``.
     """
-    problems: list[Problem] = []
-    for index, root in enumerate(config.policy.workspaces):
-        if not isdir(root):
-            problems.append(
-                Problem(
-                    key=f"policy.workspaces[{index}]",
-                    message=f"{root} is not an existing directory",
-                )
-            )
+    problems = root_problems(config, isdir=isdir, can_enter=can_enter, uid=uid)
     if not is_executable(config.claude.path):
         problems.append(
             Problem(
@@ -88,3 +121,23 @@ def check_environment(
             Problem(key="server.token_file", message=f"{token_file} is not an existing file")
         )
     return problems
+
+
+def credentials_warning(
+    config: Config, parent_env: Mapping[str, str], *, home: str, isfile: Callable[[str], bool]
+) -> str | None:
+    """Why runs may fail to authenticate: no credential variable in ``parent_env`` (the
+    daemon's environment) and no login of the CLI's own (``isfile`` on its file). A warning,
+    not a problem: the CLI may be logged in where this cannot see, its keychain say."""
+    if credential_variables(config, parent_env):
+        return None
+    login = cli_login_file(config, parent_env, home=home)
+    if isfile(login):
+        return None
+    names = ", ".join(sorted(AUTH_VARS - WHERE_VARS))
+    return (
+        f"no credentials: none of {names} is set here and the CLI has no login of its own in "
+        f"{login}, so runs will fail to authenticate; export ANTHROPIC_API_KEY (or another) "
+        "where serve starts (under systemd: /etc/codelegate/env), or log the CLI in as the "
+        "daemon's user (run claude, then /login)"
+    )

@@ -7,7 +7,9 @@ CLI gets of the daemon's environment, what of it are credentials, and which auth
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
+from typing import Final
 
 from codelegate.policy.config import Config
 from codelegate.policy.environment import (
@@ -21,6 +23,14 @@ from codelegate.policy.environment import (
     refused_pass_env,
     secret_values,
 )
+
+# Where the pinned CLI keeps a login of its own (`claude` then /login), as its bundle reads it:
+# .credentials.json in $CLAUDE_SECURESTORAGE_CONFIG_DIR when that is set (empty: ~/.claude),
+# else in its config folder, $CLAUDE_CONFIG_DIR or ~/.claude.
+CLI_LOGIN_FILE: Final = ".credentials.json"
+SECURE_STORAGE_VAR: Final = "CLAUDE_SECURESTORAGE_CONFIG_DIR"
+# Auth variables that say where, not who: no credential by themselves.
+WHERE_VARS: Final = frozenset({"CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL"})
 
 
 def _allowed(config: Config, name: str) -> bool:
@@ -73,3 +83,23 @@ def auth_variables_present(config: Config, parent_env: Mapping[str, str]) -> lis
     if config.claude.enable_vertex:
         names |= VERTEX_VARS
     return sorted(name for name in names if parent_env.get(name))
+
+
+def credential_variables(config: Config, parent_env: Mapping[str, str]) -> list[str]:
+    """:func:`auth_variables_present` but those that only say where the CLI looks or goes."""
+    return [name for name in auth_variables_present(config, parent_env) if name not in WHERE_VARS]
+
+
+def cli_login_file(config: Config, parent_env: Mapping[str, str], *, home: str) -> str:
+    """The file a run's CLI would read its own login from, in the environment a run gets.
+
+    ``home``: the daemon's home in the user database, for an environment without HOME (where
+    the CLI's ``os.homedir()`` finds it too).
+    """
+    env = _passed(config, parent_env)
+    default = posixpath.join(env.get("HOME") or home, ".claude")
+    if SECURE_STORAGE_VAR in env:
+        folder = env[SECURE_STORAGE_VAR] or default
+    else:
+        folder = env.get("CLAUDE_CONFIG_DIR") or default
+    return posixpath.join(folder, CLI_LOGIN_FILE)

@@ -23,6 +23,7 @@ BUDGET_TOO_HIGH: Final = "budget_too_high"
 WORKSPACE_INVALID: Final = "workspace_invalid"
 WORKSPACE_OUTSIDE_ROOTS: Final = "workspace_outside_roots"
 WORKSPACE_NOT_DIRECTORY: Final = "workspace_not_directory"
+WORKSPACE_PERMISSION_DENIED: Final = "workspace_permission_denied"
 RESUME_INVALID: Final = "resume_invalid"
 RESUME_UNKNOWN: Final = "resume_unknown"
 RESUME_OTHER_WORKSPACE: Final = "resume_other_workspace"
@@ -69,6 +70,7 @@ STATUS: Final[Mapping[str, int | None]] = MappingProxyType(
         WORKSPACE_INVALID: 403,
         WORKSPACE_OUTSIDE_ROOTS: 403,
         WORKSPACE_NOT_DIRECTORY: 403,
+        WORKSPACE_PERMISSION_DENIED: 403,
         RESUME_INVALID: 403,
         RESUME_UNKNOWN: 403,
         RESUME_OTHER_WORKSPACE: 403,

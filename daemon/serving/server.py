@@ -1,27 +1,25 @@
-"""Listening and stopping: the Unix socket (and optional TCP), systemd integration, signals.
+"""Serving and stopping: the app on its listeners, systemd integration, signals.
 
 ``start_server(config)`` brings the app up on its listeners and returns a :class:`ServerHandle`
 (tests and the e2e suite use it in-process); ``serve(config)`` runs until SIGTERM/SIGINT, then
 drains: intake stops (503), running runs get ``drain_s`` to finish and are then cancelled,
 WebSockets are closed with GOING_AWAY, and the store is flushed and closed.
 
-Start-up claims what is the daemon's before it touches anything: an exclusive lock on the store
-(``<store>.lock``), then its listening sockets. Only then does the app open the store and close
-the runs a dead daemon left running. A second daemon on the same store or socket exits with an
-error and has touched nothing: not the first daemon's runs, store or socket.
+Start-up claims what is the daemon's before it touches anything (:mod:`.binding`): an exclusive
+lock on the store (``<store>.lock``), then its listening sockets. Only then does the app open
+the store and close the runs a dead daemon left running. A second daemon on the same store or
+socket exits with an error and has touched nothing: not the first daemon's runs, store or socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import gc
 import os
 import resource
 import signal
 import socket
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -31,28 +29,31 @@ from aiohttp import web
 
 from codelegate.daemon import logs
 from codelegate.daemon.serving.app import create_app
+from codelegate.daemon.serving.binding import (
+    ServerError,
+    absolute,
+    bind_tcp,
+    bind_unix_socket,
+    inherited_socket,
+    lock_store,
+    read_token,
+)
 from codelegate.daemon.serving.listeners import GatedSite
 from codelegate.daemon.serving.state import METRICS, STATE, manager_of
-from codelegate.daemon.store.queries import make_parent
 from codelegate.daemon.store.store import StoreError
 from codelegate.daemon.supervision.procs import become_subreaper
+from codelegate.daemon.supervision.supervisor import can_enter
 from codelegate.daemon.tasks import spawn
-from codelegate.policy.checks import token_problem
+from codelegate.policy.checks import root_problems
 from codelegate.policy.child_env import passed_secrets
-from codelegate.policy.config import Config, ServerConfig, parse_tcp, socket_mode_bits
+from codelegate.policy.config import Config, ServerConfig, socket_mode_bits
 
 _log = structlog.get_logger("codelegate.server")
 
-SD_LISTEN_FDS_START: Final = 3
 SHUTDOWN_DRAIN_S: Final = 10.0  # how long running runs may finish on SIGTERM before cancelled
 SHUTDOWN_S: Final = 5.0  # then how long open requests get before aiohttp cancels them
 # Descriptors besides client connections: the store, runs' pipes, the loop's own (~20 idle).
 FD_RESERVE: Final = 128
-
-
-class ServerError(Exception):
-    """The daemon cannot start: socket in use or not a socket, a folder it cannot create, token
-    missing, a store it cannot open … (one line, exit 1)."""
 
 
 def sd_notify(message: str, environ: Mapping[str, str] | None = None) -> bool:
@@ -86,143 +87,6 @@ async def _watchdog(interval: float) -> None:
     while True:
         sd_notify("WATCHDOG=1")
         await asyncio.sleep(interval)
-
-
-def inherited_socket(environ: Mapping[str, str] | None = None) -> socket.socket | None:
-    """The listening Unix socket systemd passed (socket activation), if any."""
-    env = os.environ if environ is None else environ
-    if env.get("LISTEN_PID") != str(os.getpid()):
-        return None
-    count = env.get("LISTEN_FDS", "0")
-    if not count.isdigit() or int(count) < 1:
-        return None
-    sock = socket.socket(fileno=SD_LISTEN_FDS_START)
-    if sock.family != socket.AF_UNIX:
-        sock.detach()
-        raise ServerError("socket activation passed a socket that is not a Unix socket")
-    os.set_inheritable(SD_LISTEN_FDS_START, False)
-    return sock
-
-
-def _remove_stale_socket(path: str) -> None:
-    """Remove a socket file nobody listens on; refuse anything else."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:  # a folder this uid may not search
-        raise ServerError(f"cannot reach {path} for server.socket: {exc.strerror}") from exc
-    if not stat.S_ISSOCK(st.st_mode):
-        raise ServerError(f"{path} exists and is not a socket; refusing to replace it")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(path)
-        except ConnectionRefusedError:
-            try:
-                os.unlink(path)  # a socket left by a daemon that died: nobody is listening
-            except OSError as exc:
-                raise ServerError(
-                    f"cannot replace the stale socket {path}: {exc.strerror}"
-                ) from exc
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise ServerError(f"cannot tell whether {path} is in use: {exc}") from exc
-    raise ServerError(f"another daemon is listening on {path}")
-
-
-def make_folder(path: str, key: str) -> None:
-    """Create the folder the file ``path`` of setting ``key`` lives in, if it is missing.
-
-    Named, not a traceback: ``/run/codelegate`` as a uid that may not create it, a path through
-    a file. ``doctor`` tells the same beforehand (``cli.folder_problem``).
-    """
-    try:
-        make_parent(path)  # the one place folders of the daemon's files are made
-    except OSError as exc:
-        folder = os.path.dirname(path)
-        raise ServerError(f"cannot create {folder} for {key}: {exc.strerror or exc}") from exc
-
-
-def bind_unix_socket(path: str, mode: int) -> socket.socket:
-    """A Unix stream socket bound at ``path`` with permission bits ``mode``."""
-    make_folder(path, "server.socket")
-    _remove_stale_socket(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # The umask makes the socket appear with at most ``mode``: no window where it is wider.
-    old = os.umask(0o777 & ~mode)
-    try:
-        sock.bind(path)
-    except OSError as exc:
-        sock.close()
-        raise ServerError(f"cannot bind {path}: {exc}") from exc
-    finally:
-        os.umask(old)
-    os.chmod(path, mode)
-    # Listening at once: a daemon started meanwhile sees the socket in use (connecting waits in
-    # the backlog until the app serves) rather than a dead one it may replace.
-    sock.listen(128)
-    return sock
-
-
-def lock_store(store_path: str) -> int:
-    """An exclusive ``flock`` on ``<store>.lock``; its descriptor, held while the store is open.
-
-    The lock is what makes the store one daemon's: two daemons with different sockets but the
-    same store are refused as surely as two on one socket. The kernel drops it when the daemon
-    dies, however it dies, so a stale lock file never blocks a restart.
-    """
-    path = absolute(store_path) + ".lock"
-    make_folder(path, "store.path")  # the lock is taken before the store opens (and creates it)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise ServerError(
-            f"cannot open the store lock {path} for store.path: {exc.strerror}"
-        ) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
-        raise ServerError(
-            f"another daemon (pid {holder}) is using the store {absolute(store_path)}; "
-            "stop it first, or give this one its own [store] path and [server] socket"
-        ) from exc
-    # Who holds it, for the message above (the lock itself is the flock, not this text).
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def read_token(path: str) -> bytes:
-    """The TCP bearer token from ``token_file`` (surrounding whitespace dropped)."""
-    try:
-        with open(path, "rb") as fh:
-            token, mode = fh.read().strip(), os.fstat(fh.fileno()).st_mode
-    except OSError as exc:
-        raise ServerError(f"cannot read server.token_file: {exc}") from exc
-    problem = token_problem(token, mode)  # the same check doctor makes
-    if problem:
-        raise ServerError(problem)
-    return token
-
-
-def absolute(path: str) -> str:
-    """``path`` made absolute against the daemon's cwd."""
-    return os.path.abspath(path)
-
-
-def bind_tcp(value: str) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (validated by the config; port 0 in tests)."""
-    try:
-        return socket.create_server(parse_tcp(value, lowest_port=0))
-    except ValueError as exc:
-        raise ServerError(f"[server] tcp: {exc}") from exc
-    except OSError as exc:
-        raise ServerError(f"cannot listen on {value}: {exc.strerror or exc}") from exc
 
 
 @dataclass
@@ -359,16 +223,24 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     else:  # orphans of runs then go to pid 1: out of the ancestry that tells a run's processes
         _log.warning("subreaper_unavailable", hint="a run's orphans are told by cgroup or marker")
     raise_nofile_limit(config.server)
+    closed = [
+        str(p)
+        for p in root_problems(config, isdir=os.path.isdir, can_enter=can_enter, uid=os.geteuid())
+    ]
     try:
+        if closed and len(closed) == len(config.policy.workspaces):  # every run would be refused
+            raise ServerError(f"no workspace root is usable: {'; '.join(closed)}")
         handle = await start_server(config, activation=True)
     except ServerError as exc:
-        _log.error("cannot_start", error=str(exc))  # listeners, store lock or store
+        _log.error("cannot_start", error=str(exc))  # roots, listeners, store lock or store
         logs.say(f"codelegate: {exc}")
         return 1
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)  # handlers only set a flag; shutdown is here
+        # Handlers only set a flag, shutdown is here: the first signal drains, a second one
+        # cuts the drain short.
+        loop.add_signal_handler(signum, lambda: (hurry if stop.is_set() else stop).set())
     where = [f"unix:{handle.socket_path}"]
     if handle.tcp_port is not None:
         where.append(f"tcp:{config.server.tcp}")
@@ -383,6 +255,9 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
             f"codelegate: warning: {config.claude.path} does not answer --version: runs will "
             "fail to start (codelegate doctor tells why)"
         )
+    for problem in closed:  # serving the other roots; this one may be mended while it runs
+        _log.warning("workspace_unusable", problem=problem)
+        logs.say(f"codelegate: warning: {problem}")
     # Everything allocated so far (modules, config, the app) lives as long as the daemon: keep
     # it out of the collector's scans, whose full passes otherwise pause the fan-out for tens
     # of milliseconds (bench/RESULTS.md).
@@ -395,13 +270,45 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     finally:
         _log.info("stopping", drain_s=drain_s)
         sd_notify("STOPPING=1")
-        await handle.close(drain_s)
+        await _close(handle, drain_s, hurry)
         if dog is not None:
             dog.cancel()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         _log.info("stopped")
     return 0
+
+
+def drain_notice(running: int, drain_s: float) -> str:
+    """The operator's line when a signal starts the drain: what it waits for, how to cut it."""
+    if running == 0:
+        return "codelegate: stopping; no run to drain"
+    runs = _runs(running)
+    if drain_s == 0:
+        return f"codelegate: stopping; cancelling {runs} (--drain 0)"
+    them = "it" if running == 1 else "them"
+    return f"codelegate: draining {runs} (up to {drain_s:g} s); Ctrl-C again to cancel {them} now"
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'s' if count != 1 else ''}"
+
+
+async def _close(handle: ServerHandle, drain_s: float, hurry: asyncio.Event) -> None:
+    """``handle.close(drain_s)``, said on stderr; ``hurry`` (a second signal) cancels the runs
+    still draining at once rather than when ``drain_s`` is out."""
+    manager = manager_of(handle.app)
+    logs.say(drain_notice(manager.active_count, drain_s))
+    closing = spawn(handle.close(drain_s), name="close")
+    hurried = spawn(hurry.wait(), name="hurry")
+    await asyncio.wait((closing, hurried), return_when=asyncio.FIRST_COMPLETED)
+    hurried.cancel()
+    if not closing.done() and manager.active_count:
+        _log.info("drain_cut_short", runs=manager.active_count)
+        logs.say(f"codelegate: cancelling {_runs(manager.active_count)} now")
+        with contextlib.suppress(web.HTTPException):
+            await manager.drain(0)  # the close's own drain ends with them
+    await closing
 
 
 def ensure_standard_fds() -> None:

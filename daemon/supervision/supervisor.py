@@ -44,6 +44,12 @@ class SpawnError(Exception):
     """The CLI could not be started (missing binary, bad cwd, permission)."""
 
 
+def can_enter(path: str) -> bool:
+    """Whether this process may enter (search) the directory ``path``: what the child's chdir
+    into a workspace needs, told by the kernel (mode, owner, groups, ACLs, capabilities)."""
+    return os.access(path, os.X_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
 def pin_directory(path: str) -> int:
     """An ``O_PATH`` descriptor of the directory at the absolute ``path``, opened one component
     at a time without following any symbolic link.

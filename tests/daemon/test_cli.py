@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import secrets
+import socket
 from pathlib import Path
 
 import pytest
@@ -231,15 +232,23 @@ def test_each_log_capture_sees_a_daemon_modules_lines_whatever_captured_them_bef
     assert [e["event"] for e in events] == ["probe"]
 
 
-def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
+def _free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def _tcp_config(tmp_path: Path, token: bytes, claude: str, port: int | None = None) -> Path:
     token_file = tmp_path / "token"
     token_file.write_bytes(token)
     token_file.chmod(0o600)
     config = tmp_path / "c.toml"
     (tmp_path / "ws").mkdir(exist_ok=True)  # the token outside it: a run could read it there
-    config.write_text(
-        f'[server]\ntcp = "127.0.0.1:8765"\ntoken_file = "{token_file}"\n'
+    config.write_text(  # doctor binds the port as serve would: a free one unless told
+        f'[server]\ntcp = "127.0.0.1:{port or _free_port()}"\ntoken_file = "{token_file}"\n'
+        f'socket = "{tmp_path / "d.sock"}"\n'
         f'[claude]\npath = "{claude}"\n[policy]\nworkspaces = ["{tmp_path / "ws"}"]\n'
+        f'[store]\npath = "{tmp_path / "store.db"}"\n'
     )
     return config
 
@@ -247,7 +256,7 @@ def _tcp_config(tmp_path: Path, token: bytes, claude: str) -> Path:
 def test_doctor_refuses_the_token_serve_refuses(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from codelegate.daemon.serving.server import ServerError, read_token
+    from codelegate.daemon.serving.binding import ServerError, read_token
 
     short = secrets.token_hex(3)[:5].encode()  # 5 bytes, as in the issue
     config = _tcp_config(tmp_path, short + b"\n", FAKE_CLAUDE)
@@ -306,3 +315,71 @@ def test_a_dev_config_error_is_prefixed_once(
     assert capsys.readouterr().err == (
         f"codelegate: dev-config: --workspace: {tmp_path / 'nx'} is not a directory\n"
     )
+
+
+async def test_doctor_finds_the_tcp_port_taken_unless_the_daemon_of_this_config_holds_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    config = _tcp_config(tmp_path, secrets.token_hex(16).encode(), FAKE_CLAUDE, port)
+    try:
+        assert await asyncio.to_thread(doctor, str(config), {}) == 1
+    finally:
+        taken.close()
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("PROBLEM")] == [
+        f"PROBLEM server.tcp: cannot listen on 127.0.0.1:{port}: Address already in use; stop"
+        " what listens there (ss -ltnp) or choose another [server] tcp port"
+    ]
+    assert await asyncio.to_thread(doctor, str(config), {}) == 0
+    assert "PROBLEM" not in capsys.readouterr().out
+    # Asked while its daemon serves (the second terminal of the Quick start): not a problem.
+    async with running_daemon(load_config(str(config)), tmp_path):
+        assert await asyncio.to_thread(doctor, str(config), {}) == 0
+    out = capsys.readouterr().out
+    assert f"tcp: 127.0.0.1:{port} is served now by the daemon (pid {os.getpid()})" in out
+    assert "PROBLEM" not in out
+
+
+def test_doctor_names_a_socket_path_too_long_for_af_unix_and_makes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, workspace: Path
+) -> None:
+    path = tmp_path / ("s" * 110) / "d.sock"
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f"[server]\nsocket = {json.dumps(str(path))}\n[claude]\npath = {json.dumps(FAKE_CLAUDE)}\n"
+        f"[policy]\nworkspaces = [{json.dumps(str(workspace))}]\n"
+        f"[store]\npath = {json.dumps(str(tmp_path / 'store.db'))}\n"
+    )
+    assert doctor(str(config), {}) == 1
+    problems = [x for x in capsys.readouterr().out.splitlines() if x.startswith("PROBLEM")]
+    assert problems == [
+        f"PROBLEM server.socket: {path} is {len(str(path).encode())} bytes long, over the 107 a"
+        " Unix socket path may have; choose a shorter [server] socket"
+    ]
+    assert not path.parent.exists()
+
+
+def test_doctor_warns_when_runs_would_have_no_credentials_and_says_how_to_give_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    env = {"CODELEGATE_CLAUDE": FAKE_CLAUDE, "PATH": "", "HOME": str(home)}
+    login = home / ".claude" / ".credentials.json"
+    assert doctor(None, env) == 0  # a warning: the CLI may be logged in where doctor cannot see
+    warnings = [x for x in capsys.readouterr().out.splitlines() if x.startswith("WARNING")]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("WARNING auth: no credentials: none of ANTHROPIC_API_KEY")
+    assert f"no login of its own in {login}" in warnings[0]
+    login.parent.mkdir(parents=True)
+    login.write_text(secrets.token_hex(16))  # `claude` then /login, as the daemon's user
+    assert doctor(None, env) == 0
+    assert "WARNING" not in capsys.readouterr().out
+    login.unlink()
+    key = secrets.token_hex(16)
+    assert doctor(None, {**env, "ANTHROPIC_API_KEY": key}) == 0
+    out = capsys.readouterr().out
+    assert "WARNING" not in out
+    assert key not in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import pytest
 
 from codelegate.daemon.store.store import RunStore
 from tests.daemon.conftest import BASE
+from tests.procfs import marked_processes
 from tests.reliability.served import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +153,67 @@ async def test_socket_activation_uses_the_inherited_socket(
         _, err = await proc.communicate()
     assert f"listening on unix:{path}".encode() in err
     assert not (short_dir / "d.sock").exists()  # the configured path was never bound
+
+
+async def _said(stderr: asyncio.StreamReader, wanted: str) -> str:
+    """The first line on the daemon's stderr that starts with ``wanted`` (bounded wait)."""
+    async with asyncio.timeout(30):
+        while not (line := (await stderr.readline()).decode()).startswith(wanted):
+            assert line, f"stderr ended before {wanted!r}"
+    return line.rstrip("\n")
+
+
+async def test_ctrl_c_says_what_the_drain_waits_for_and_a_second_one_cancels_the_runs_now(
+    short_dir: Path, workspace: Path, tmp_path: Path, notify: socket.socket
+) -> None:
+    # Ctrl-C on `make run` waited out the drain in silence, and a second one did nothing.
+    config = write_config(short_dir, workspace)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "codelegate.daemon.cli", "serve", "--config", str(config), "--drain", "600"),
+        env=env_for(short_dir, tmp_path),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    run_ids = []
+    try:
+        await notification(notify, "READY=1")
+        connector = aiohttp.UnixConnector(path=str(short_dir / "d.sock"))
+        async with aiohttp.ClientSession(connector=connector) as http:
+            for _ in range(2):
+                async with http.post(f"{BASE}/v1/runs", json={"task": "fake: hang"}) as resp:
+                    assert resp.status == 202
+                    run_ids.append((await resp.json())["run_id"])
+        proc.send_signal(signal.SIGINT)
+        assert await _said(proc.stderr, "codelegate: draining") == (
+            "codelegate: draining 2 runs (up to 600 s); Ctrl-C again to cancel them now"
+        )
+        proc.send_signal(signal.SIGINT)
+        assert await _said(proc.stderr, "codelegate: cancelling") == (
+            "codelegate: cancelling 2 runs now"
+        )
+        async with asyncio.timeout(60):  # well within the 600 s the drain would have waited
+            assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:  # failed: nothing of it may outlive the test
+            proc.kill()
+            await proc.wait()
+            for pid in [p for run_id in run_ids for p in marked_processes(run_id)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    store = await RunStore.open(str(short_dir / "store.db"))
+    try:
+        assert [r.status for r in await store.list_runs(10)] == ["cancelled", "cancelled"]
+    finally:
+        await store.close()
+
+
+def test_the_drain_line_says_what_there_is_to_wait_for() -> None:
+    from codelegate.daemon.serving.server import drain_notice
+
+    assert drain_notice(0, 10) == "codelegate: stopping; no run to drain"
+    assert drain_notice(1, 10) == (
+        "codelegate: draining 1 run (up to 10 s); Ctrl-C again to cancel it now"
+    )
+    assert drain_notice(3, 0) == "codelegate: stopping; cancelling 3 runs (--drain 0)"

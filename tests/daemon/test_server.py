@@ -10,7 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from codelegate.daemon.serving.server import ServerError, bind_unix_socket, start_server
+from codelegate.daemon.serving.binding import ServerError, bind_unix_socket
+from codelegate.daemon.serving.server import start_server
 from tests.daemon.conftest import BASE, child_environ, make_config, running_daemon, tcp_listener
 
 TOKEN = "t0k3n-for-tests-0123456789abcdef"
@@ -143,13 +144,23 @@ def test_watchdog_interval_is_half_the_period_for_this_pid() -> None:
 
 
 def test_socket_activation_only_for_this_pid() -> None:
-    from codelegate.daemon.serving.server import inherited_socket
+    from codelegate.daemon.serving.binding import inherited_socket
 
     assert inherited_socket({}) is None
     assert inherited_socket({"LISTEN_PID": "1", "LISTEN_FDS": "1"}) is None
     assert inherited_socket({"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": "0"}) is None
 
 
-def test_unbindable_socket_path_is_a_server_error(tmp_path: Path) -> None:
-    with pytest.raises(ServerError, match="cannot bind"):
-        bind_unix_socket(str(tmp_path / ("x" * 120)), 0o660)
+def test_a_socket_path_too_long_for_af_unix_is_named_before_its_folder_is_made(
+    tmp_path: Path,
+) -> None:
+    # Was "cannot bind …: AF_UNIX path too long", after the folder had been made for it.
+    path = tmp_path / ("x" * 120) / "d.sock"
+    with pytest.raises(ServerError) as caught:
+        bind_unix_socket(str(path), 0o660)
+    size = len(str(path).encode())
+    assert str(caught.value) == (
+        f"server.socket: {path} is {size} bytes long, over the 107 a Unix socket path may have;"
+        " choose a shorter [server] socket"
+    )
+    assert not path.parent.exists()

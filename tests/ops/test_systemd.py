@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
 from codelegate.policy.config import parse_config
 from tests.conftest import unavailable
 
@@ -130,6 +131,15 @@ def test_example_config_matches_the_unit() -> None:
     assert set(config.policy.workspaces) <= writable
     assert config.store.path.startswith("/var/lib/codelegate/")
     assert "auto" not in config.policy.allowed_modes
+
+
+def test_the_example_config_names_no_cli_version_of_its_own() -> None:
+    # It named 2.1.332 in a comment: daemon/pinned.py is the one place of the pin (README
+    # "Upgrading"), and a copy there would go stale at the next bump.
+    text = (SYSTEMD / "config.toml.example").read_text()
+    assert CLAUDE_CODE_VERSION not in text
+    assert re.findall(r"\b\d+\.\d+\.\d+\b", text) == []
+    assert "daemon/pinned.py" in text
 
 
 def test_sysusers_and_tmpfiles(tmp_path: Path) -> None:

@@ -37,8 +37,18 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
+def enterable(path: str) -> bool:
+    return os.access(path, os.X_OK)
+
+
+def yes(path: str) -> bool:
+    return True
+
+
 def resolve(config: Config, requested: str) -> str:
-    return resolve_workspace(config, requested, realpath=os.path.realpath, isdir=os.path.isdir)
+    return resolve_workspace(
+        config, requested, realpath=os.path.realpath, isdir=os.path.isdir, can_enter=enterable
+    )
 
 
 def in_tree(tree: Path) -> Config:
@@ -122,7 +132,7 @@ def test_a_realpath_that_fails_is_a_refusal(config: Config) -> None:
         raise OSError(40, "Too many levels of symbolic links")
 
     with pytest.raises(PolicyError) as caught:
-        resolve_workspace(config, "x", realpath=failing, isdir=lambda p: True)
+        resolve_workspace(config, "x", realpath=failing, isdir=yes, can_enter=yes)
     assert caught.value.code == "workspace_not_directory"
     assert "cannot be resolved" in caught.value.message
 
@@ -133,8 +143,65 @@ def test_a_path_resolving_into_proc_is_refused_even_under_a_wide_root(config: Co
     )
     fake = {"/srv/x": "/proc/1/cwd"}
     with pytest.raises(PolicyError, match="workspace_outside_roots"):
-        resolve_workspace(wide, "/srv/x", realpath=lambda p: fake.get(p, p), isdir=lambda p: True)
-    assert resolve_workspace(wide, "/srv/y", realpath=lambda p: p, isdir=lambda p: True) == "/srv/y"
+        resolve_workspace(
+            wide, "/srv/x", realpath=lambda p: fake.get(p, p), isdir=yes, can_enter=yes
+        )
+    assert resolve_workspace(wide, "/srv/y", realpath=lambda p: p, isdir=yes, can_enter=yes) == (
+        "/srv/y"
+    )
+
+
+@pytest.mark.parametrize(
+    ("requested", "closed"),
+    [
+        ("b/c", "ws/b"),  # a folder on the way
+        ("b", "ws/b"),  # the cwd itself
+        (".", "ws"),  # the root
+        ("{base}/rootlink/b/c", "ws/b"),  # named through a link: the resolved folder is named
+    ],
+)
+def test_a_cwd_the_daemons_user_may_not_enter_is_refused_naming_the_folder_closed_to_it(
+    tree: Path, requested: str, closed: str
+) -> None:
+    # "cannot start claude: Permission denied" was the chdir into it, not the CLI.
+    shut = str(tree / closed)
+    with pytest.raises(PolicyError) as caught:
+        resolve_workspace(
+            in_tree(tree),
+            requested.format(base=tree),
+            realpath=os.path.realpath,
+            isdir=os.path.isdir,
+            can_enter=lambda p: p != shut and enterable(p),
+        )
+    assert (caught.value.status, caught.value.code) == (403, "workspace_permission_denied")
+    assert f"may not enter {shut} (Permission denied" in caught.value.message
+
+
+def test_a_folder_above_the_root_closed_to_the_daemon_is_named_too(tree: Path) -> None:
+    with pytest.raises(PolicyError, match=f"may not enter {tree} ") as caught:
+        resolve_workspace(
+            in_tree(tree),
+            "a",
+            realpath=os.path.realpath,
+            isdir=os.path.isdir,
+            can_enter=lambda p: p != str(tree) and enterable(p),
+        )
+    assert caught.value.code == "workspace_permission_denied"
+
+
+@pytest.mark.parametrize("requested", ["missing", "file.txt", "missing/deeper"])
+def test_what_is_no_directory_stays_not_a_directory_though_it_cannot_be_entered(
+    tree: Path, requested: str
+) -> None:
+    with pytest.raises(PolicyError) as caught:
+        resolve_workspace(
+            in_tree(tree),
+            requested,
+            realpath=os.path.realpath,
+            isdir=os.path.isdir,
+            can_enter=enterable,  # False for a path that is not there, as os.access says
+        )
+    assert caught.value.code == "workspace_not_directory"
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,8 @@ class Served:
 
     ``nofile`` starts it with that RLIMIT_NOFILE (soft, hard); ``stdout_pipe`` gives it a pipe as
     stdout (``proc.stdout``, for a reader that goes away) and the log file as stderr only;
-    ``stdout_closed`` starts it with no stdout at all (``>&-``).
+    ``stdout_closed`` starts it with no stdout at all (``>&-``); ``prefix`` goes before the
+    command (``setpriv`` … to serve as another uid).
     """
 
     def __init__(
@@ -77,10 +78,12 @@ class Served:
         stdout_pipe: bool = False,
         stdout_closed: bool = False,
         log: str = "daemon.log",
+        prefix: tuple[str, ...] = (),
     ) -> None:
         self.config, self.state, self.home = config, state, home
         self.env = env or {}
         self.nofile, self.stdout_pipe, self.stdout_closed = nofile, stdout_pipe, stdout_closed
+        self.prefix = prefix
         self.proc: subprocess.Popen[bytes] | None = None
         self.http: aiohttp.ClientSession | None = None
         self.log = state / log
@@ -96,6 +99,7 @@ class Served:
             command = [sys.executable, "-c", _WITH_NOFILE, limits, *argv]
         if self.stdout_closed:
             command = ["/bin/sh", "-c", 'exec "$@" >&-', "sh", *command]
+        command = [*self.prefix, *command]
         with open(self.log, "ab") as log:
             return subprocess.Popen(
                 command,

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -204,3 +206,119 @@ async def test_a_daemon_whose_cli_does_not_answer_serves_and_says_so_at_start(
         assert await served.stop() == 0
     said = [line for line in served.log.read_text().splitlines() if line.startswith("codelegate")]
     assert f"codelegate: warning: {missing} does not answer --version" in "\n".join(said)
+
+
+def test_a_too_long_socket_path_is_one_line_of_serve_and_a_doctor_problem_with_the_fix(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    # Was "cannot bind …: AF_UNIX path too long" from serve, after making the folder; doctor
+    # passed.
+    socket = short_dir / ("s" * 100) / "d.sock"
+    config = write_config(short_dir, workspace, socket=socket)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+
+    def cli(name: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "codelegate.daemon.cli", name, "--config", str(config)]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    problem = (
+        f"server.socket: {socket} is {len(str(socket).encode())} bytes long, over the 107 a Unix"
+        " socket path may have; choose a shorter [server] socket"
+    )
+    doctor_said = cli("doctor")
+    assert doctor_said.returncode == 1
+    assert [x for x in doctor_said.stdout.splitlines() if x.startswith("PROBLEM")] == [
+        f"PROBLEM {problem}"
+    ]
+    served = cli("serve")
+    assert served.returncode == 1
+    assert "Traceback" not in served.stderr + served.stdout
+    assert [x for x in served.stderr.splitlines() if x.startswith("codelegate")] == [
+        f"codelegate: {problem}"
+    ]
+    assert not socket.parent.exists()
+
+
+def _shut_folders(base: Path) -> tuple[Path, Path, Path]:
+    """``base/state`` open to every uid (socket, store), ``base/ws`` a root with a folder
+    ``private`` no uid but root may enter, and ``base/closed``, a root no uid but root may."""
+    base.chmod(0o755)  # the config, the workspaces and the CLI reachable by that uid
+    state, usable, closed = base / "state", base / "ws", base / "closed"
+    for folder in (state, usable, closed, usable / "private"):
+        folder.mkdir()
+    state.chmod(0o777)
+    for shut in (closed, usable / "private"):
+        shut.chmod(0o600)  # no search (x) bit
+    return state, usable, closed
+
+
+def _with_roots(config: Path, roots: list[Path]) -> Path:
+    text = re.sub(
+        r"(?m)^workspaces = .*$",
+        f"workspaces = {json.dumps(list(map(str, roots)))}",
+        config.read_text(),
+    )
+    config.write_text(text)
+    return config
+
+
+async def test_a_workspace_root_this_uid_may_not_enter_is_named_by_doctor_serve_and_each_run(
+    short_dir: Path,
+) -> None:
+    # Accepted before, and every run then failed as "cannot start claude: Permission denied":
+    # the chdir into the workspace, not the CLI.
+    drop = _as_this_uid_or_nobody()
+    uid = NOBODY if drop else os.getuid()
+    state, usable, closed = await asyncio.to_thread(_shut_folders, short_dir)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(state)}
+    config = await asyncio.to_thread(
+        write_config, state, closed, server=f"allowed_uids = [{os.getuid()}]\n"
+    )
+
+    def cli(name: str) -> subprocess.CompletedProcess[str]:
+        argv = [*drop, sys.executable, "-m", "codelegate.daemon.cli", name, "--config", str(config)]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    problem = (
+        f"uid {uid} may not enter {closed} (Permission denied: no search permission), so no run"
+        f" can start in {closed}; give uid {uid} search permission there (chmod, or a group it"
+        " is in) or serve as a user that has it"
+    )
+    said = await asyncio.to_thread(cli, "doctor")
+    assert said.returncode == 1
+    assert [x for x in said.stdout.splitlines() if x.startswith("PROBLEM")] == [
+        f"PROBLEM policy.workspaces[0]: {problem}"
+    ]
+    # Its only root: serve refuses to start, in one line.
+    said = await asyncio.to_thread(cli, "serve")
+    assert said.returncode == 1
+    assert [x for x in said.stderr.splitlines() if x.startswith("codelegate")] == [
+        f"codelegate: no workspace root is usable: policy.workspaces[0]: {problem}"
+    ]
+    # Beside a usable root: served, said at start, and a run in there is refused by name.
+    await asyncio.to_thread(_with_roots, config, [usable, closed])
+    served = Served(config, state, state, env, prefix=tuple(drop))
+    await served.start()
+    refused = {}
+    try:
+        for cwd in (closed, usable / "private", usable / "private" / "deeper"):
+            body = {"task": "fake: normal", "cwd": str(cwd), "wait": True}
+            status, answer = await served.json("POST", "/v1/runs", json=body)
+            refused[cwd] = (status, answer["error"]["code"], answer["error"]["message"])
+    finally:
+        assert await served.stop() == 0
+    for cwd, shut in (
+        (closed, closed),
+        (usable / "private", usable / "private"),
+        (usable / "private" / "deeper", usable / "private"),
+    ):
+        assert refused[cwd] == (
+            403,
+            "workspace_permission_denied",
+            f"cwd {str(cwd)!r} refused: the daemon's user may not enter {shut} (Permission"
+            " denied: no search permission)",
+        )
+    log = await asyncio.to_thread(served.log.read_text)
+    assert [x for x in log.splitlines() if x.startswith("codelegate: warning")] == [
+        f"codelegate: warning: policy.workspaces[1]: {problem}"
+    ]
