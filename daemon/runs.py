@@ -241,8 +241,13 @@ class RunManager:
 
     def send_input(self, run_id: str, text: str) -> dict[str, Any]:
         """Steering: ``text`` as a user message to the run's CLI; 409 once it is ending."""
-        limit = self.config.limits.pending_inputs
-        return send_input(self._active.get(run_id), text, max_unread=limit)
+        limits = self.config.limits
+        return send_input(
+            self._active.get(run_id),
+            text,
+            max_unread=limits.pending_inputs,
+            max_unread_bytes=limits.pending_input_cap,
+        )
 
     # -- cancelling ------------------------------------------------------------------------
 
