@@ -306,10 +306,16 @@ class RunStore:
 
     async def list_runs(self, limit: int = 50) -> list[RunRecord]:
         """The most recent runs, newest first."""
-        sql = f"{queries.SELECT_RUNS} ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        return [
-            self._overlay(record(r)) for r in await self._call(queries.select, sql, max(0, limit))
-        ]
+        return (await self.runs_page(limit))[0]
+
+    async def runs_page(
+        self, limit: int, *, before: queries.Cursor | None = None, max_bytes: int | None = None
+    ) -> tuple[list[RunRecord], bool]:
+        """Up to ``limit`` runs newest first, after the run whose (created_at, run_id) is
+        ``before``, and whether more follow; ``max_bytes`` bounds their cwds and results (the
+        first is always there, see :func:`queries.runs_page`)."""
+        rows, more = await self._call(queries.runs_page, max(0, limit), before, max_bytes)
+        return [self._overlay(record(r)) for r in rows], more
 
     async def live_runs(self) -> list[RunRecord]:
         """Runs still marked running: at start-up, those a previous daemon left behind."""

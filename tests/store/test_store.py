@@ -116,6 +116,27 @@ async def test_list_runs_newest_first(store: RunStore) -> None:
     assert [r.run_id for r in await store.list_runs(3)] == ["r4", "r3", "r2"]
 
 
+async def test_a_page_of_runs_continues_past_its_cursor_ties_included_and_stops_at_its_bytes(
+    store: RunStore,
+) -> None:
+    # Runs started in the same instant are told apart by their ids, so that a page ending
+    # among them leaves none out and none twice.
+    for run_id in ("a", "b", "c"):
+        await store.create_run(record(run_id, created_at=2000.0))
+    await store.create_run(record("older", created_at=1000.0))
+    page, more = await store.runs_page(2)
+    assert ([r.run_id for r in page], more) == (["c", "b"], True)
+    page, more = await store.runs_page(2, before=(2000.0, "b"))
+    assert ([r.run_id for r in page], more) == (["a", "older"], False)
+    # Bytes: the cwds (and results) of the rows read stop the page; the first row is taken
+    # whatever its size.
+    cwd = len(record("x").cwd)
+    page, more = await store.runs_page(10, max_bytes=2 * cwd)
+    assert ([r.run_id for r in page], more) == (["c", "b"], True)
+    page, more = await store.runs_page(10, before=(2000.0, "b"), max_bytes=1)
+    assert ([r.run_id for r in page], more) == (["a"], True)
+
+
 async def test_duplicate_run_id_is_a_store_error(store: RunStore) -> None:
     await store.create_run(record("r1"))
     with pytest.raises(StoreError):
