@@ -89,6 +89,9 @@ CREATE TABLE IF NOT EXISTS frames (
 """
 COLUMNS: Final = ", ".join(RunRecord.__struct_fields__)
 SELECT_RUNS: Final = f"SELECT {COLUMNS} FROM runs"  # noqa: S608 - constant columns
+# The same rows without their final results, for what needs only the runs' ids and progress.
+_BARE: Final = ", ".join("NULL" if f == "result" else f for f in RunRecord.__struct_fields__)
+SELECT_RUNS_BARE: Final = f"SELECT {_BARE} FROM runs"  # noqa: S608 - constant columns
 
 Frame = tuple[str, int, bytes]  # (run_id, seq, encoded frame)
 # (status, result, exit_code, finished_at) of a finished run, as RunRecord has them
@@ -323,15 +326,20 @@ _SIZED: Final = tuple(RunRecord.__struct_fields__.index(name) for name in ("cwd"
 
 
 def runs_page(
-    conn: sqlite3.Connection, limit: int, before: Cursor | None, max_bytes: int | None
+    conn: sqlite3.Connection,
+    limit: int,
+    before: Cursor | None,
+    max_bytes: int | None,
+    results: bool = True,
 ) -> tuple[list[tuple[Any, ...]], bool]:
-    """Up to ``limit`` runs newest first (those after ``before``), and whether more follow.
+    """Up to ``limit`` runs newest first (those after ``before``), and whether more follow;
+    without their final results unless ``results``.
 
     With ``max_bytes`` the rows stop before their cwds and results would pass it (the first
     row is always taken): they are read one at a time, so a page holds no more than that and
     one row, however many runs the store keeps.
     """
-    sql: str = SELECT_RUNS
+    sql = SELECT_RUNS if results else SELECT_RUNS_BARE
     params: tuple[Any, ...] = (limit + 1,)
     if before is not None:  # the cursor's created_at twice, then its run id
         sql, params = sql + _BEFORE, (before[0], *before, limit + 1)

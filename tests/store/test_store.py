@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sqlite3
 import threading
 from pathlib import Path
@@ -135,6 +136,17 @@ async def test_a_page_of_runs_continues_past_its_cursor_ties_included_and_stops_
     assert ([r.run_id for r in page], more) == (["c", "b"], True)
     page, more = await store.runs_page(10, before=(2000.0, "b"), max_bytes=1)
     assert ([r.run_id for r in page], more) == (["a"], True)
+
+
+async def test_runs_listed_without_results_keep_all_else_they_hold(store: RunStore) -> None:
+    result = msgspec.json.encode({"result": secrets.token_hex(1024)})
+    await store.create_run(record("r1", session_id="s-1"))
+    await store.finish_run(finished("r1", 1001.0, result=result))
+    [whole] = await store.list_runs(5)
+    [bare] = await store.list_runs(5, results=False)
+    assert whole.result is not None
+    assert bytes(whole.result) == result
+    assert bare == msgspec.structs.replace(whole, result=None)
 
 
 async def test_duplicate_run_id_is_a_store_error(store: RunStore) -> None:
