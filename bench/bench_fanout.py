@@ -90,7 +90,7 @@ async def drain(d: ServedDaemon, server: RedisServer, client: Redis, n: int) -> 
 class _NoStore:
     """The publisher alone is never behind: it needs no store."""
 
-    async def list_runs(self, limit: int) -> list[object]:
+    async def list_runs(self, limit: int, *, results: bool = True) -> list[object]:
         return []
 
 

@@ -382,7 +382,8 @@ class Publisher:
         read once to find out. Runs older than its oldest entry were trimmed from it, not lost;
         an empty (or deleted) index gets the entries of the runs whose streams are there.
         """
-        records = await self._store.list_runs(self._maxlen_runs)
+        # Their ids and progress only: maxlen_runs final results would be up to gigabytes.
+        records = await self._store.list_runs(self._maxlen_runs, results=False)
         index = self._index
         have, oldest_ms = await index.read(self._client)
         starts: list[str] = []  # runs whose stream has frame 1 but the index no start

@@ -25,6 +25,7 @@ from codelegate.daemon.approvals import Approvals
 from codelegate.daemon.deliveries import Delivery
 from codelegate.daemon.driving import Driver
 from codelegate.daemon.hub import Hub
+from codelegate.daemon.listing import Listing
 from codelegate.daemon.metrics import Metrics
 from codelegate.daemon.record import (
     Run,
@@ -98,6 +99,11 @@ class RunManager:
         self._driver = Driver(config, self._limits.line_bytes, self._emit_output, self._tasks)
         # The door clients follow runs through (the runs' logs, the hub, the store).
         self.subscriptions = Subscriptions(hub, store, find=self.get, live=self._active.values)
+        # The pages of GET /v1/runs, likewise.
+        live = self._active.values
+        self.listing = Listing(
+            store, held=self.held, live=lambda: [r.record for r in live()], show=self.shown
+        )
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -110,24 +116,20 @@ class RunManager:
         """A run held in memory (live or recently finished)."""
         return self._active.get(run_id) or self._recent.get(run_id)
 
+    def held(self, run_id: str) -> RunRecord | None:
+        """The record of a run held in memory (live or recently finished), if it is held."""
+        run = self.get(run_id)
+        return run.record if run is not None else None
+
     async def state(self, run_id: str) -> RunRecord | None:
         """A run's record from memory or the store; None when unknown."""
-        run = self.get(run_id)
-        return run.record if run is not None else await self._store.get_run(run_id)
+        return self.held(run_id) or await self._store.get_run(run_id)
 
     def shown(self, rec: RunRecord) -> RunState:
         """``rec`` as the API shows it: with the requests a person may still answer."""
         run = self.get(rec.run_id)
         pending = list(run.translator.approvals.pending) if run is not None else []
         return RunState(**msgspec.structs.asdict(rec), pending_approvals=pending)
-
-    async def recent(self, limit: int) -> list[RunRecord]:
-        """Recent runs, newest first, as memory knows them where it holds them."""
-        states = {r.run_id: r.record for r in self._active.values()}  # stored or not yet
-        for rec in await self._store.list_runs(limit):
-            run = self.get(rec.run_id)
-            states[rec.run_id] = run.record if run is not None else rec
-        return sorted(states.values(), key=lambda rec: -rec.created_at)[:limit]
 
     # -- starting --------------------------------------------------------------------------
 
@@ -246,8 +248,13 @@ class RunManager:
 
     def send_input(self, run_id: str, text: str) -> dict[str, Any]:
         """Steering: ``text`` as a user message to the run's CLI; 409 once it is ending."""
-        limit = self.config.limits.pending_inputs
-        return send_input(self._active.get(run_id), text, max_unread=limit)
+        limits = self.config.limits
+        return send_input(
+            self._active.get(run_id),
+            text,
+            max_unread=limits.pending_inputs,
+            max_unread_bytes=limits.pending_input_cap,
+        )
 
     # -- cancelling ------------------------------------------------------------------------
 

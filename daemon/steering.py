@@ -21,9 +21,11 @@ from codelegate.policy.codes import (
     EMPTY_TASK,
     RUN_FINISHED,
     TASK_TOO_LARGE,
+    TOO_MANY_INPUT_BYTES,
     TOO_MANY_INPUTS,
 )
 from codelegate.policy.errors import PolicyError
+from codelegate.translator.bounds import utf8_len
 from codelegate.translator.control import user_message
 
 
@@ -37,7 +39,7 @@ def decode_input(body: bytes, *, max_bytes: int) -> str:
         text = msgspec.json.decode(body, type=_Input).text
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise PolicyError(BAD_REQUEST, f"bad input: {str(exc)[:300]}") from None
-    size = len(text.encode("utf-8", "surrogatepass"))
+    size = utf8_len(text)
     if size > max_bytes:
         raise PolicyError(
             TASK_TOO_LARGE, f"text is {size} bytes; at most {max_bytes} bytes are accepted"
@@ -47,22 +49,34 @@ def decode_input(body: bytes, *, max_bytes: int) -> str:
     return text
 
 
-def send_input(run: Run | None, text: str, *, max_unread: int) -> dict[str, Any]:
+def send_input(
+    run: Run | None, text: str, *, max_unread: int, max_unread_bytes: int
+) -> dict[str, Any]:
     """Write ``text`` to the run's CLI as a user message; 409 once the run is ending, 429 while
-    ``max_unread`` messages wait for the CLI to take them in (``[limits] pending_inputs``)."""
+    ``max_unread`` messages wait for the CLI to take them in (``[limits] pending_inputs``), or
+    while ``text`` would take the bytes waiting past ``max_unread_bytes``
+    (``pending_input_bytes``)."""
     if run is None or run.done.is_set():
         raise PolicyError(RUN_FINISHED, "the run already ended")
     child = run.child
     if run.stopping is not None or child is None or not child.stdin_open:
         raise PolicyError(RUN_FINISHED, "the run is ending; it takes no more input")
     # The CLI keeps what it has not taken in queued in memory, unbounded: the daemon bounds it.
-    unread = run.translator.channel.unread
-    if unread >= max_unread:
+    channel = run.translator.channel
+    if channel.unread >= max_unread:
         raise PolicyError(
             TOO_MANY_INPUTS,
-            f"{unread} messages wait for the CLI to take them in; at most {max_unread} may wait",
+            f"{channel.unread} messages wait for the CLI to take them in; "
+            f"at most {max_unread} may wait",
+        )
+    size = utf8_len(text)
+    if channel.unread_bytes + size > max_unread_bytes:
+        raise PolicyError(
+            TOO_MANY_INPUT_BYTES,
+            f"{channel.unread_bytes} bytes of input wait for the CLI to take them in, and this "
+            f"message is {size}; at most {max_unread_bytes} bytes may wait",
         )
     # Counted before it is written: the pump reads the CLI's echo only after this returns.
-    run.translator.channel.input_written(text)
+    channel.input_written(text)
     child.send(user_message(text))
     return {"run_id": run.run_id, "accepted": True}

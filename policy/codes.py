@@ -46,6 +46,7 @@ TASK_TOO_LARGE: Final = "task_too_large"
 BODY_TOO_LARGE: Final = "body_too_large"
 TOO_MANY_RUNS: Final = "too_many_runs"
 TOO_MANY_INPUTS: Final = "too_many_inputs"
+TOO_MANY_INPUT_BYTES: Final = "too_many_input_bytes"
 SHUTTING_DOWN: Final = "shutting_down"
 TOO_MANY_CONNECTIONS: Final = "too_many_connections"
 UNAVAILABLE: Final = "unavailable"
@@ -91,6 +92,7 @@ STATUS: Final[Mapping[str, int | None]] = MappingProxyType(
         BODY_TOO_LARGE: 413,
         TOO_MANY_RUNS: 429,
         TOO_MANY_INPUTS: 429,
+        TOO_MANY_INPUT_BYTES: 429,
         SHUTTING_DOWN: 503,
         TOO_MANY_CONNECTIONS: 503,
         UNAVAILABLE: 503,

@@ -19,13 +19,10 @@ import msgspec
 from codelegate.policy.approvals import ApprovalsConfig, approvals_problem
 from codelegate.policy.environment import refused_pass_env
 from codelegate.policy.errors import ConfigError
+from codelegate.policy.limits import LimitsConfig, limits_problem
 from codelegate.policy.modes import REQUEST_MODES, RequestMode, names_bypass
 from codelegate.policy.paths import is_inside
 from codelegate.policy.settings import refused_settings
-
-KiB: Final = 1024
-MiB: Final = 1024 * KiB
-
 
 _Port = Annotated[int, msgspec.Meta(ge=0, le=4_294_967_294)]
 _Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -86,27 +83,6 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # How long a cancel waits for the CLI to end its turn on an ``interrupt`` (its session stays
     # resumable) before SIGTERM; 0 goes straight to SIGTERM.
     interrupt_grace_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 2.0
-
-
-class LimitsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[limits]``: bounds on what a run may produce and what the daemon keeps."""
-
-    arg_bytes: Annotated[int, msgspec.Meta(ge=256, le=1 * MiB)] = 4 * KiB
-    result_bytes: Annotated[int, msgspec.Meta(ge=256, le=1 * MiB)] = 4 * KiB
-    final_result_bytes: Annotated[int, msgspec.Meta(ge=1 * KiB, le=16 * MiB)] = 64 * KiB
-    line_bytes: Annotated[int, msgspec.Meta(ge=64 * KiB, le=256 * MiB)] = 8 * MiB
-    task_bytes: Annotated[int, msgspec.Meta(ge=1 * KiB, le=8 * MiB)] = 1 * MiB
-    text_chars: Annotated[int, msgspec.Meta(ge=256, le=1_000_000)] = 16_000
-    replay_frames: Annotated[int, msgspec.Meta(ge=100, le=10_000_000)] = 50_000
-    subscriber_queue: Annotated[int, msgspec.Meta(ge=16, le=1_000_000)] = 1024
-    stderr_lines: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
-    # Steering messages of one run written but not yet taken in by the CLI: it queues them in
-    # memory (about twice their size) and each becomes model input, so a caller may not pile
-    # them up; one message is at most task_bytes.
-    pending_inputs: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 16
-    # What the run store keeps of one run; later frames are delivered live, not stored.
-    max_stored_frames: Annotated[int, msgspec.Meta(ge=1000, le=100_000_000)] = 200_000
-    max_stored_bytes: Annotated[int, msgspec.Meta(ge=1 * MiB, le=64 * 1024 * MiB)] = 128 * MiB
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -309,6 +285,7 @@ def _validate(config: Config, source: str) -> Config:
     if config.fanout is not None:
         _validate_fanout(config.fanout, fail)
     problem = approvals_problem(config.approvals, policy.disallowed_tools)
+    problem = problem or limits_problem(config.limits)
     if problem:
         raise fail(*problem)
     return msgspec.structs.replace(

@@ -140,6 +140,12 @@ def daemon_approvals() -> dict[str, Any]:
 
 
 @pytest.fixture
+def daemon_limits() -> dict[str, Any]:
+    """Extra ``[limits]`` settings for ``e2e`` (smaller bounds, say); overridden likewise."""
+    return {}
+
+
+@pytest.fixture
 async def e2e(
     claude_bin: str,
     tmp_path: Path,
@@ -148,6 +154,7 @@ async def e2e(
     daemon_claude: dict[str, Any],
     daemon_server: dict[str, Any],
     daemon_approvals: dict[str, Any],
+    daemon_limits: dict[str, Any],
 ) -> AsyncIterator[E2E]:
     """A started daemon (development defaults, the pinned CLI) against a fresh loopback stub;
     script ``e2e.stub``."""
@@ -157,7 +164,14 @@ async def e2e(
         env = E2E(stub, workspace, home)
         policy = {"allowed_tools": ["Bash(python3:*)", "Bash(env:*)"], **daemon_policy}
         config = e2e_config(
-            claude_bin, root, short_dir, daemon_claude, daemon_server, daemon_approvals, **policy
+            claude_bin,
+            root,
+            short_dir,
+            daemon_claude,
+            daemon_server,
+            daemon_approvals,
+            daemon_limits,
+            **policy,
         )
         await env.start(config)
         try:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from codelegate.policy.approvals import TOOL_NAME
+from codelegate.translator.bounds import utf8_len
 from codelegate.translator.lines import LineSplitter
 
 if TYPE_CHECKING:
@@ -229,16 +230,18 @@ class Channel:
     wait for a ``result`` that will not come (only background tasks are left, stopped first).
     """
 
-    __slots__ = ("_unread", "background", "idle", "over", "prompted")
+    __slots__ = ("_unread", "_unread_bytes", "background", "idle", "over", "prompted")
 
     def __init__(self) -> None:
         self.background: tuple[str, ...] = ()  # the open background tasks' ids
         self.over = False
         self.idle = False  # the prompt's turn runs from the start
         self.prompted = False  # the prompt's echo came
-        # Messages written mid-run that no echo has spelled yet, oldest first. At most
-        # [limits] pending_inputs of them (the daemon refuses more), each at most task_bytes.
+        # Messages written mid-run that no echo has spelled yet, oldest first, and their UTF-8
+        # bytes. At most [limits] pending_inputs of them and pending_input_bytes in all (the
+        # daemon refuses more), each at most task_bytes.
         self._unread: deque[str] = deque()
+        self._unread_bytes = 0
 
     def result(self) -> None:
         self.idle = True
@@ -251,6 +254,7 @@ class Channel:
     def input_written(self, text: str) -> None:
         """A user message was written mid-run: the run is not over before its turn's result."""
         self._unread.append(text)
+        self._unread_bytes += utf8_len(text)
         self.over = False
         self.idle = False  # the CLI takes it in as a turn of its own, if none runs
 
@@ -261,12 +265,17 @@ class Channel:
         if not self._unread:
             return  # nothing written mid-run (most runs): no echo to match
         for _ in range(_taken(self._unread, content, first=first)):
-            self._unread.popleft()
+            self._unread_bytes -= utf8_len(self._unread.popleft())
 
     @property
     def unread(self) -> int:
         """Messages written mid-run that the CLI has not taken in yet: what it holds queued."""
         return len(self._unread)
+
+    @property
+    def unread_bytes(self) -> int:
+        """The UTF-8 bytes of those messages."""
+        return self._unread_bytes
 
     def tasks(self, ids: tuple[str, ...] | None) -> None:
         if ids is not None:

@@ -276,10 +276,10 @@ async def get_run(request: web.Request) -> web.Response:
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    """``GET /v1/runs?limit=``: recent runs, newest first."""
+    """``GET /v1/runs?limit=&before=``: recent runs, newest first, a page bounded in bytes."""
     limit = int_query(request, "limit", 50, 1, _LIST_LIMIT_MAX)
-    manager = manager_of(request.app)
-    return _json({"runs": [manager.shown(rec) for rec in await manager.recent(limit)]})
+    page = await manager_of(request.app).listing.page(limit, request.query.get("before"))
+    return web.Response(body=page, content_type="application/json")
 
 
 async def cancel_run(request: web.Request) -> web.Response:

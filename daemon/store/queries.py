@@ -6,6 +6,7 @@ executor (``daemon/store/store.py``); nothing here touches the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -88,6 +89,9 @@ CREATE TABLE IF NOT EXISTS frames (
 """
 COLUMNS: Final = ", ".join(RunRecord.__struct_fields__)
 SELECT_RUNS: Final = f"SELECT {COLUMNS} FROM runs"  # noqa: S608 - constant columns
+# The same rows without their final results, for what needs only the runs' ids and progress.
+_BARE: Final = ", ".join("NULL" if f == "result" else f for f in RunRecord.__struct_fields__)
+SELECT_RUNS_BARE: Final = f"SELECT {_BARE} FROM runs"  # noqa: S608 - constant columns
 
 Frame = tuple[str, int, bytes]  # (run_id, seq, encoded frame)
 # (status, result, exit_code, finished_at) of a finished run, as RunRecord has them
@@ -303,6 +307,51 @@ def advance_invocation(
 def select(conn: sqlite3.Connection, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     """All rows of a query."""
     return conn.execute(sql, params).fetchall()
+
+
+# The listing's order, newest first; its cursor is a run's (created_at, run_id). The first
+# term of _BEFORE is the range of the index on created_at, the rest what is past the cursor.
+Cursor = tuple[float, str]
+_NEWEST_FIRST: Final = " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+_BEFORE: Final = " WHERE created_at <= ? AND (created_at < ? OR run_id < ?)"
+
+
+def cursor_of(rec: RunRecord) -> Cursor:
+    """Where ``rec`` stands in the listing's order (newest first: the highest cursor)."""
+    return (rec.created_at, rec.run_id)
+
+
+# The fields of a row of unbounded size: what a page of rows is measured by.
+_SIZED: Final = tuple(RunRecord.__struct_fields__.index(name) for name in ("cwd", "result"))
+
+
+def runs_page(
+    conn: sqlite3.Connection,
+    limit: int,
+    before: Cursor | None,
+    max_bytes: int | None,
+    results: bool = True,
+) -> tuple[list[tuple[Any, ...]], bool]:
+    """Up to ``limit`` runs newest first (those after ``before``), and whether more follow;
+    without their final results unless ``results``.
+
+    With ``max_bytes`` the rows stop before their cwds and results would pass it (the first
+    row is always taken): they are read one at a time, so a page holds no more than that and
+    one row, however many runs the store keeps.
+    """
+    sql = SELECT_RUNS if results else SELECT_RUNS_BARE
+    params: tuple[Any, ...] = (limit + 1,)
+    if before is not None:  # the cursor's created_at twice, then its run id
+        sql, params = sql + _BEFORE, (before[0], *before, limit + 1)
+    rows: list[tuple[Any, ...]] = []
+    size = 0
+    with contextlib.closing(conn.execute(sql + _NEWEST_FIRST, params)) as cursor:
+        for row in cursor:
+            size += sum(len(row[i]) for i in _SIZED if row[i] is not None)
+            if len(rows) == limit or (rows and max_bytes is not None and size > max_bytes):
+                return rows, True
+            rows.append(row)
+    return rows, False
 
 
 def prune(conn: sqlite3.Connection, cutoff: float, max_runs: int) -> int:

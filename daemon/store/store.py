@@ -304,12 +304,24 @@ class RunStore:
         rows = await self._call(queries.select, f"{queries.SELECT_RUNS} WHERE run_id = ?", run_id)
         return self._overlay(record(rows[0])) if rows else None
 
-    async def list_runs(self, limit: int = 50) -> list[RunRecord]:
-        """The most recent runs, newest first."""
-        sql = f"{queries.SELECT_RUNS} ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        return [
-            self._overlay(record(r)) for r in await self._call(queries.select, sql, max(0, limit))
-        ]
+    async def list_runs(self, limit: int = 50, *, results: bool = True) -> list[RunRecord]:
+        """The most recent runs, newest first; without the final results the store holds of
+        them unless ``results`` (those not written yet are in memory anyway)."""
+        return (await self.runs_page(limit, results=results))[0]
+
+    async def runs_page(
+        self,
+        limit: int,
+        *,
+        before: queries.Cursor | None = None,
+        max_bytes: int | None = None,
+        results: bool = True,
+    ) -> tuple[list[RunRecord], bool]:
+        """Up to ``limit`` runs newest first, after the run whose (created_at, run_id) is
+        ``before``, and whether more follow; ``max_bytes`` bounds their cwds and results (the
+        first is always there, see :func:`queries.runs_page`)."""
+        rows, more = await self._call(queries.runs_page, max(0, limit), before, max_bytes, results)
+        return [self._overlay(record(r)) for r in rows], more
 
     async def live_runs(self) -> list[RunRecord]:
         """Runs still marked running: at start-up, those a previous daemon left behind."""

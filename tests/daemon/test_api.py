@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from codelegate.daemon import runs as runs_module
+from codelegate.daemon import listing as listing_module
 from codelegate.daemon.supervision.supervisor import ChildProcess
 from codelegate.policy.request import request_body_limit
 from tests.daemon.conftest import BASE, Daemon, make_config, running_daemon
@@ -231,10 +231,10 @@ async def test_cancel_of_a_finished_run_is_409(daemon: Daemon) -> None:
 
 
 async def test_a_handler_bug_is_a_json_500(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken(self: Any, limit: int) -> Any:
+    async def broken(self: Any, limit: int, before: str | None) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(runs_module.RunManager, "recent", broken)
+    monkeypatch.setattr(listing_module.Listing, "page", broken)
     status, body = await daemon.json("GET", "/v1/runs")
     assert (status, body["error"]["code"]) == (500, "internal_error")
     status, _ = await daemon.json("GET", "/healthz")

@@ -6,7 +6,8 @@ import msgspec
 
 from codelegate.daemon.record import FIXED_LIMITS, run_context, translator_limits
 from codelegate.daemon.store.queries import RunRecord
-from codelegate.policy.config import LimitsConfig, development_config
+from codelegate.policy.config import development_config
+from codelegate.policy.limits import LimitsConfig
 from codelegate.translator import Limits, RunContext
 
 

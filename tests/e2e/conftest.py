@@ -31,11 +31,13 @@ def e2e_config(
     claude_section: dict[str, Any] | None = None,
     server_section: dict[str, Any] | None = None,
     approvals_section: dict[str, Any] | None = None,
+    limits_section: dict[str, Any] | None = None,
     **policy: Any,
 ) -> Config:
     """Development defaults with ``root`` the only workspace root and the pinned CLI; extra
-    ``[claude]`` / ``[server]`` / ``[approvals]`` keys in ``claude_section`` /
-    ``server_section`` / ``approvals_section``, extra ``[policy]`` keys as keywords."""
+    ``[claude]`` / ``[server]`` / ``[approvals]`` / ``[limits]`` keys in ``claude_section`` /
+    ``server_section`` / ``approvals_section`` / ``limits_section``, extra ``[policy]`` keys as
+    keywords."""
     raw = msgspec.to_builtins(development_config(str(root), claude))
     raw["server"]["socket"] = str(state / "d.sock")
     raw["store"]["path"] = str(state / "store.db")
@@ -43,6 +45,7 @@ def e2e_config(
     raw["policy"].update(policy)
     raw["claude"].update(claude_section or {})
     raw["server"].update(server_section or {})
+    raw["limits"].update(limits_section or {})
     if approvals_section:
         raw["approvals"] = {**raw.get("approvals", {}), **approvals_section}
     return msgspec.convert(raw, Config)

@@ -143,6 +143,62 @@ async def test_input_past_the_pending_cap_is_refused_and_every_message_below_it_
     assert all(refused not in r.history_text() for r in e2e.stub.requests_of())
 
 
+def _message(size: int) -> str:
+    """A fresh steering text of ``size`` UTF-8 bytes, half as many characters: two bytes each."""
+    words = f"Mention {secrets.token_hex(8)} "
+    return words + "é" * ((size - len(words)) // 2)
+
+
+STEERING_BYTES = 2048
+
+
+@pytest.mark.parametrize(
+    "daemon_limits", [{"task_bytes": 1024, "pending_input_bytes": STEERING_BYTES}]
+)
+async def test_input_past_the_pending_bytes_is_refused_whatever_the_number_of_messages(
+    e2e: E2E,
+) -> None:
+    assert e2e.handle is not None
+    assert e2e.handle.app[CONFIG].limits.pending_inputs > 3  # the count cap is not what refuses
+    first, second = asyncio.Event(), asyncio.Event()
+    e2e.stub.main.turns = [
+        Turn(text("First answer.").blocks, hold=first),
+        Turn(text("Taken in.").blocks, hold=second),
+    ]
+    run = await e2e.started("Answer.")
+    run_id = run.run_id
+    await e2e.stub.wait_for_requests(1)  # the model answers, held: the CLI takes nothing in
+    # 900 bytes of 450 characters each: a count of characters would take a third in.
+    accepted = [_message(900), _message(900)]
+    for words in accepted:
+        status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": words})
+        assert (status, answer) == (202, {"run_id": run_id, "accepted": True})
+    refused = _message(900)
+    status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": refused})
+    assert status == 429, answer
+    assert answer["error"]["code"] == "too_many_input_bytes"
+    assert f"at most {STEERING_BYTES} bytes" in answer["error"]["message"]
+    small = _message(200)  # what still fits beside the waiting 1800 bytes is taken
+    status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": small})
+    assert status == 202, answer
+    accepted.append(small)
+    first.set()
+    await e2e.stub.wait_for_requests(2)  # the queued messages' turn
+    # What the CLI has taken in no longer counts: the bound is on what waits, in bytes.
+    await until(lambda: run.translator.channel.unread_bytes == 0, what="the CLI took input in")
+    later = _message(1000)
+    status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": later})
+    assert status == 202, answer
+    second.set()
+    async with asyncio.timeout(120):
+        await run.done.wait()
+    assert run.result is not None
+    assert run.result.status == "completed"
+    history = e2e.stub.requests_of()[-1].history_text()
+    assert [words in history for words in [*accepted, later]] == [True] * 4
+    assert all(refused not in r.history_text() for r in e2e.stub.requests_of())
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [

@@ -59,6 +59,7 @@ text_chars = 32000
 replay_frames = 20000
 subscriber_queue = 256
 stderr_lines = 500
+pending_input_bytes = 524288
 
 [store]
 path = "/var/lib/codelegate/runs.db"
@@ -78,6 +79,7 @@ def test_every_key_parses() -> None:
     assert config.policy.cancel_grace_s == 3.0
     assert config.policy.interrupt_grace_s == 0.5
     assert config.limits.stderr_lines == 500
+    assert config.limits.pending_input_cap == 524288  # as set, not 4 x task_bytes
     assert config.store.max_runs == 500
 
 
@@ -95,6 +97,7 @@ def test_defaults() -> None:
     assert config.policy.interrupt_grace_s == 2.0
     assert config.limits.task_bytes == 1024 * 1024
     assert config.limits.line_bytes == 8 * 1024 * 1024
+    assert config.limits.pending_input_cap == 4 * config.limits.task_bytes
     assert config.store.path == "var/codelegate.db"
     assert config.store.retention_days == 30
 
@@ -169,6 +172,16 @@ REFUSED = [
         '[policy]\nworkspaces = ["/a"]\n[limits]\npending_inputs = 0',
         "limits.pending_inputs",
         ">= 1",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[limits]\ntask_bytes = 4096\npending_input_bytes = 4095',
+        "limits.pending_input_bytes",
+        "at least task_bytes (4096)",
+    ),
+    (
+        '[policy]\nworkspaces = ["/a"]\n[limits]\npending_input_bytes = 1023',
+        "limits.pending_input_bytes",
+        ">= 1024",
     ),
     ('[policy]\nworkspaces = ["/a"]\n[limits]\nsize = 10', "limits.size", "arg_bytes"),
     ('[policy]\nworkspaces = ["/a"]\n[store]\nretention_days = 0', "store.retention_days", ">= 1"),

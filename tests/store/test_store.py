@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sqlite3
 import threading
 from pathlib import Path
@@ -114,6 +115,38 @@ async def test_list_runs_newest_first(store: RunStore) -> None:
     for i in range(5):
         await store.create_run(record(f"r{i}", created_at=1000.0 + i))
     assert [r.run_id for r in await store.list_runs(3)] == ["r4", "r3", "r2"]
+
+
+async def test_a_page_of_runs_continues_past_its_cursor_ties_included_and_stops_at_its_bytes(
+    store: RunStore,
+) -> None:
+    # Runs started in the same instant are told apart by their ids, so that a page ending
+    # among them leaves none out and none twice.
+    for run_id in ("a", "b", "c"):
+        await store.create_run(record(run_id, created_at=2000.0))
+    await store.create_run(record("older", created_at=1000.0))
+    page, more = await store.runs_page(2)
+    assert ([r.run_id for r in page], more) == (["c", "b"], True)
+    page, more = await store.runs_page(2, before=(2000.0, "b"))
+    assert ([r.run_id for r in page], more) == (["a", "older"], False)
+    # Bytes: the cwds (and results) of the rows read stop the page; the first row is taken
+    # whatever its size.
+    cwd = len(record("x").cwd)
+    page, more = await store.runs_page(10, max_bytes=2 * cwd)
+    assert ([r.run_id for r in page], more) == (["c", "b"], True)
+    page, more = await store.runs_page(10, before=(2000.0, "b"), max_bytes=1)
+    assert ([r.run_id for r in page], more) == (["a"], True)
+
+
+async def test_runs_listed_without_results_keep_all_else_they_hold(store: RunStore) -> None:
+    result = msgspec.json.encode({"result": secrets.token_hex(1024)})
+    await store.create_run(record("r1", session_id="s-1"))
+    await store.finish_run(finished("r1", 1001.0, result=result))
+    [whole] = await store.list_runs(5)
+    [bare] = await store.list_runs(5, results=False)
+    assert whole.result is not None
+    assert bytes(whole.result) == result
+    assert bare == msgspec.structs.replace(whole, result=None)
 
 
 async def test_duplicate_run_id_is_a_store_error(store: RunStore) -> None:

@@ -162,6 +162,18 @@ def test_unread_counts_the_messages_written_mid_run_until_an_echo_spells_them() 
     assert channel.over
 
 
+def test_unread_bytes_are_the_utf8_bytes_of_the_messages_not_taken_in_yet() -> None:
+    channel = Channel()
+    channel.replayed("Do it.")  # the prompt's echo
+    channel.input_written("ascii")
+    channel.input_written("dé\ud800")  # two bytes for é, three for a lone surrogate
+    assert (channel.unread, channel.unread_bytes) == (2, 5 + 6)
+    channel.replayed("ascii")
+    assert (channel.unread, channel.unread_bytes) == (1, 6)
+    channel.replayed("dé\ud800")
+    assert (channel.unread, channel.unread_bytes) == (0, 0)
+
+
 def test_the_first_echo_may_carry_messages_written_before_the_cli_took_the_prompt_in() -> None:
     channel = Channel()
     channel.input_written("a")
