@@ -183,6 +183,28 @@ def test_stream_events_of_other_shapes_carry_nothing() -> None:
     assert of_type(frames, "diagnostic") == []
 
 
+def test_deltas_of_thinking_and_tool_input_do_not_grow_the_text_that_streams() -> None:
+    # The intake dismisses them while a text streams too (not only while none does).
+    marker = secrets.token_hex(8)
+    input_delta = {"type": "input_json_delta", "partial_json": f'{{"k": "{marker}'}
+    thinking_delta = {"type": "thinking_delta", "thinking": marker}
+    frames = feed(
+        [
+            (1001.0, start_text()),
+            (1001.0, delta("The answer ")),
+            (1001.05, event(type="content_block_delta", index=0, delta=input_delta)),
+            (1001.1, event(type="content_block_delta", index=0, delta=thinking_delta)),
+            (1001.2, delta("is here.")),
+        ],
+        close=False,
+    )
+    assert messages(frames) == [
+        ("run-1:message:1", "The answer", True),
+        ("run-1:message:1", "The answer is", True),
+    ]
+    assert marker not in str(frames)
+
+
 def test_a_stream_event_of_a_wrong_shape_is_a_malformed_line() -> None:
     frames = run([line(type="stream_event", event={"type": "content_block_start", "index": "x"})])
     assert [(d["code"], d["count"]) for d in of_type(frames, "diagnostic")] == [
