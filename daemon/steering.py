@@ -25,6 +25,7 @@ from codelegate.policy.codes import (
     TOO_MANY_INPUTS,
 )
 from codelegate.policy.errors import PolicyError
+from codelegate.policy.request import refuse_slash_command
 from codelegate.translator.bounds import utf8_len
 from codelegate.translator.control import user_message
 
@@ -46,6 +47,7 @@ def decode_input(body: bytes, *, max_bytes: int) -> str:
         )
     if not text.strip():
         raise PolicyError(EMPTY_TASK, "text must not be empty")
+    refuse_slash_command(text, "text")
     return text
 
 

@@ -1,7 +1,8 @@
 """The CLI's argv, as a tuple: never a shell string, never the prompt, never a bypass.
 
 The fixed part pins headless, fail-closed behaviour: ``--safe-mode`` (no CLAUDE.md, hooks,
-plugins, MCP servers), ``--setting-sources ""`` (no settings file of HOME or the workspace) and
+plugins, MCP servers), ``--disable-slash-commands`` (no text runs a CLI command),
+``--setting-sources ""`` (no settings file of HOME or the workspace) and
 ``--permission-prompts none`` (whatever would prompt is denied). With ``[approvals]`` on, the
 last is ``--permission-prompts host --permission-prompt-tool stdio`` instead: the CLI asks on
 the control channel and waits (``host`` alone asks nothing and denies, measured on 2.1.332).
@@ -32,6 +33,12 @@ _BASE_FLAGS: Final = (
     # A subagent's text comes too (with parent_tool_use_id): shown under its Task card.
     "--forward-subagent-text",
     "--safe-mode",
+    # A user message starting with "/" is otherwise run as one of the CLI's commands, the prompt
+    # and steering alike: /model outside [claude] allowed_models, /effort, /heapdump (the heap,
+    # credentials in clear, into HOME), /config (writes HOME's settings). With this flag every
+    # command and skill answers "/<name> isn't available in this environment." and runs
+    # nothing; the Skill tool is gone too (measured on 2.1.332, docs/cli-control-channel.md §7).
+    "--disable-slash-commands",
     # --safe-mode still loads the user, project and local settings files: a cloned repository's
     # .claude/settings*.json (or whatever shares HOME) could add allow rules, set env for tool
     # processes and run an apiKeyHelper at start-up. An empty list loads none of them (measured on

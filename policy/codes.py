@@ -15,6 +15,7 @@ from typing import Final
 # 400: the request is not what the API takes.
 BAD_REQUEST: Final = "bad_request"
 EMPTY_TASK: Final = "empty_task"
+SLASH_COMMAND: Final = "slash_command"
 # 401 / 403: who is asking, and what policy allows them.
 UNAUTHORIZED: Final = "unauthorized"
 MODE_NOT_ALLOWED: Final = "mode_not_allowed"
@@ -64,6 +65,7 @@ STATUS: Final[Mapping[str, int | None]] = MappingProxyType(
     {
         BAD_REQUEST: 400,
         EMPTY_TASK: 400,
+        SLASH_COMMAND: 400,
         UNAUTHORIZED: 401,
         MODE_NOT_ALLOWED: 403,
         MODEL_NOT_ALLOWED: 403,

@@ -11,7 +11,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from codelegate.policy.codes import BAD_REQUEST, EMPTY_TASK, TASK_TOO_LARGE
+from codelegate.policy.codes import BAD_REQUEST, EMPTY_TASK, SLASH_COMMAND, TASK_TOO_LARGE
 from codelegate.policy.errors import PolicyError
 
 # The id syntax O Chat accepts for invocationId / parentToolCallId (chat-item-mapper.ts drops
@@ -76,12 +76,28 @@ def decode_run_request(body: bytes, *, max_task_bytes: int) -> RunRequest:
         )
     if not request.task.strip():
         raise PolicyError(EMPTY_TASK, "task must not be empty")
+    refuse_slash_command(request.task, "task")
     if request.parent is not None and not AGENT_IO_ID.fullmatch(request.parent.tool_call_id):
         raise PolicyError(
             BAD_REQUEST,
             "parent.tool_call_id: expected 1-512 characters of A-Z a-z 0-9 . _ : -",
         )
     return request
+
+
+def refuse_slash_command(text: str, field: str) -> None:
+    """Refuse a caller's text (the task, a steering message) that the CLI would take as one of
+    its own commands: a user message whose first character is "/" (``/model``, ``/heapdump``,
+    ``/config`` ...). One space before it makes it plain text for the model (measured on
+    2.1.332, docs/cli-control-channel.md §7). ``--disable-slash-commands`` keeps the CLI from
+    running any command; this keeps the caller from meeting the CLI's local answer instead of
+    the model's, and a steering message from going unechoed."""
+    if text.startswith("/"):
+        raise PolicyError(
+            SLASH_COMMAND,
+            f'{field} must not start with "/": Claude Code would read it as one of its own '
+            "commands, which callers cannot use; put a space or a word before it",
+        )
 
 
 def _describe(message: str) -> str:

@@ -223,14 +223,24 @@ class Channel:
     turn of its own. With ``--replay-user-messages`` the CLI echoes what it takes in (measured
     on 2.1.332): the prompt first; at a tool boundary each message on its own; after a turn
     every message it queued meanwhile as one message, their texts joined by newlines. So the
-    messages written are kept, in order, until an echo spells them (:func:`_taken`).
+    messages written are kept, in order, until an echo spells them (:func:`_taken`), or until
+    a turn answers one without the model (:meth:`result`).
 
     ``idle`` is true between a ``result`` and the next turn (its ``init`` line, or the main
     agent's first words): then no turn runs that an interrupt could end, and a cancel need not
     wait for a ``result`` that will not come (only background tasks are left, stopped first).
     """
 
-    __slots__ = ("_unread", "_unread_bytes", "background", "idle", "over", "prompted")
+    __slots__ = (
+        "_echoed",
+        "_results",
+        "_unread",
+        "_unread_bytes",
+        "background",
+        "idle",
+        "over",
+        "prompted",
+    )
 
     def __init__(self) -> None:
         self.background: tuple[str, ...] = ()  # the open background tasks' ids
@@ -242,8 +252,19 @@ class Channel:
         # daemon refuses more), each at most task_bytes.
         self._unread: deque[str] = deque()
         self._unread_bytes = 0
+        self._results = 0  # result lines so far
+        self._echoed = False  # an echo came since the last result
 
-    def result(self) -> None:
+    def result(self, num_turns: int | None = None) -> None:
+        """A ``result`` line, ``num_turns`` its model calls. A turn of its own after a result
+        that called no model and echoed nothing was the CLI answering the oldest unread message
+        itself: a local command's answer is never echoed (measured on 2.1.332; policy refuses
+        text the CLI takes as a command, so this is the fallback that keeps a run from waiting
+        for an echo that will not come)."""
+        if num_turns == 0 and self._results and not self._echoed and self._unread:
+            self._unread_bytes -= utf8_len(self._unread.popleft())
+        self._results += 1
+        self._echoed = False
         self.idle = True
         self.over = not self.background and not self._unread
 
@@ -262,6 +283,7 @@ class Channel:
         """The CLI echoed what it took in (``isReplay``), ``content`` its message's content."""
         first = not self.prompted
         self.prompted = True
+        self._echoed = True
         if not self._unread:
             return  # nothing written mid-run (most runs): no echo to match
         for _ in range(_taken(self._unread, content, first=first)):

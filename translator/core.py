@@ -311,7 +311,7 @@ class Translator:
         # Several result lines may come (after a background task): the last one wins.
         self.state.last_result = msg
         self._session(msg.session_id)
-        self.channel.result()
+        self.channel.result(msg.num_turns)
 
     def _assistant(self, msg: wire.Assistant) -> None:
         parent = msg.parent_tool_use_id

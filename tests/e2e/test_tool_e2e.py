@@ -182,6 +182,15 @@ async def test_tool_reports_a_refusal_as_a_result(
     assert e2e.stub.requests == []
 
 
+async def test_a_prompt_the_cli_would_take_as_its_own_command_is_refused_with_the_reason(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = await call_tool(e2e, monkeypatch, prompt="/model haiku")
+    assert (result["status"], result["error_code"]) == ("refused", "slash_command")
+    assert 'must not start with "/"' in result["error"]
+    assert e2e.stub.requests == []
+
+
 async def test_agent_stop_returns_the_daemons_cancelled_result(e2e: E2E) -> None:
     """Stop while the model thinks: the run is cancelled by name, the session id comes back."""
     e2e.stub.main.turns = [Turn(text("never sent").blocks, hold=asyncio.Event())]

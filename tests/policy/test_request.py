@@ -94,6 +94,19 @@ def test_empty_task_is_refused(task: str) -> None:
     assert (caught.value.status, caught.value.code) == (400, "empty_task")
 
 
+@pytest.mark.parametrize("task", ["/model haiku", "/heapdump", "/", "/tmp/notes.txt: tidy it"])
+def test_a_task_whose_first_character_is_a_slash_is_refused(task: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        decode({"task": task})
+    assert (caught.value.status, caught.value.code) == (400, "slash_command")
+    assert caught.value.message.startswith('task must not start with "/"')
+
+
+@pytest.mark.parametrize("task", [" /model haiku", "\n/cost", "see /tmp/notes.txt", "a\n/cost"])
+def test_a_slash_after_the_first_character_is_plain_text(task: str) -> None:
+    assert decode({"task": task}).task == task
+
+
 def test_task_at_the_limit_passes_and_one_byte_more_is_413() -> None:
     assert len(decode({"task": "a" * LIMIT}).task) == LIMIT
     with pytest.raises(PolicyError) as caught:

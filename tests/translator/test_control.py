@@ -174,6 +174,27 @@ def test_unread_bytes_are_the_utf8_bytes_of_the_messages_not_taken_in_yet() -> N
     assert (channel.unread, channel.unread_bytes) == (0, 0)
 
 
+def test_a_turn_of_its_own_that_calls_no_model_and_echoes_nothing_took_the_oldest_in() -> None:
+    # A local command's answer (num_turns 0) is never echoed: it must not keep the run open.
+    channel = Channel()
+    channel.replayed("Do it.")
+    channel.input_written("early")
+    channel.result(0)  # the prompt's own turn: it took no steering message in
+    assert (channel.unread, channel.over) == (1, False)
+    channel.result(0)
+    assert (channel.unread, channel.unread_bytes, channel.over) == (0, 0, True)
+    for message in ("a", "b"):
+        channel.input_written(message)
+    channel.replayed("a")  # an echo in this turn: the echoes say what it took in
+    channel.result(0)
+    assert channel.unread == 1
+    channel.result(1)  # a model turn with no echo takes nothing in
+    channel.result(None)
+    assert channel.unread == 1
+    channel.result(0)
+    assert (channel.unread, channel.unread_bytes, channel.over) == (0, 0, True)
+
+
 def test_the_first_echo_may_carry_messages_written_before_the_cli_took_the_prompt_in() -> None:
     channel = Channel()
     channel.input_written("a")
