@@ -8,6 +8,7 @@ import secrets
 
 import pytest
 
+from codelegate.daemon.record import Run
 from codelegate.daemon.serving.state import CONFIG
 from tests.e2e.conftest import E2E, frames_until, is_run_result
 from tests.polling import until
@@ -105,19 +106,38 @@ async def test_two_messages_written_while_the_model_answers_are_one_turn_and_the
     assert "\n".join(words) in requests[1].history_text()
 
 
-async def test_input_past_the_pending_cap_is_refused_and_every_message_below_it_reaches_the_model(
-    e2e: E2E,
-) -> None:
-    assert e2e.handle is not None
-    cap = e2e.handle.app[CONFIG].limits.pending_inputs
+async def _held_in_its_first_answer(e2e: E2E) -> tuple[Run, asyncio.Event, asyncio.Event]:
+    """A run whose model holds its first answer (the CLI takes nothing in meanwhile), then a
+    second, each until its event is set."""
     first, second = asyncio.Event(), asyncio.Event()
     e2e.stub.main.turns = [
         Turn(text("First answer.").blocks, hold=first),
         Turn(text("Taken in.").blocks, hold=second),
     ]
     run = await e2e.started("Answer.")
+    await e2e.stub.wait_for_requests(1)
+    return run, first, second
+
+
+async def _completes_with_every_accepted_message(
+    e2e: E2E, run: Run, accepted: list[str], refused: str
+) -> None:
+    async with asyncio.timeout(120):
+        await run.done.wait()
+    assert run.result is not None
+    assert run.result.status == "completed"
+    history = e2e.stub.requests_of()[-1].history_text()
+    assert [words in history for words in accepted] == [True] * len(accepted)
+    assert all(refused not in r.history_text() for r in e2e.stub.requests_of())
+
+
+async def test_input_past_the_pending_cap_is_refused_and_every_message_below_it_reaches_the_model(
+    e2e: E2E,
+) -> None:
+    assert e2e.handle is not None
+    cap = e2e.handle.app[CONFIG].limits.pending_inputs
+    run, first, second = await _held_in_its_first_answer(e2e)
     run_id = run.run_id
-    await e2e.stub.wait_for_requests(1)  # the model answers, held: the CLI takes nothing in
     accepted = [f"Mention {secrets.token_hex(8)}." for _ in range(cap)]
     for words in accepted:
         status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": words})
@@ -134,13 +154,7 @@ async def test_input_past_the_pending_cap_is_refused_and_every_message_below_it_
     status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": later})
     assert status == 202, answer
     second.set()
-    async with asyncio.timeout(120):
-        await run.done.wait()
-    assert run.result is not None
-    assert run.result.status == "completed"
-    history = e2e.stub.requests_of()[-1].history_text()
-    assert [words in history for words in [*accepted, later]] == [True] * (cap + 1)
-    assert all(refused not in r.history_text() for r in e2e.stub.requests_of())
+    await _completes_with_every_accepted_message(e2e, run, [*accepted, later], refused)
 
 
 def _message(size: int) -> str:
@@ -160,14 +174,8 @@ async def test_input_past_the_pending_bytes_is_refused_whatever_the_number_of_me
 ) -> None:
     assert e2e.handle is not None
     assert e2e.handle.app[CONFIG].limits.pending_inputs > 3  # the count cap is not what refuses
-    first, second = asyncio.Event(), asyncio.Event()
-    e2e.stub.main.turns = [
-        Turn(text("First answer.").blocks, hold=first),
-        Turn(text("Taken in.").blocks, hold=second),
-    ]
-    run = await e2e.started("Answer.")
+    run, first, second = await _held_in_its_first_answer(e2e)
     run_id = run.run_id
-    await e2e.stub.wait_for_requests(1)  # the model answers, held: the CLI takes nothing in
     # 900 bytes of 450 characters each: a count of characters would take a third in.
     accepted = [_message(900), _message(900)]
     for words in accepted:
@@ -190,13 +198,7 @@ async def test_input_past_the_pending_bytes_is_refused_whatever_the_number_of_me
     status, answer = await e2e.post(f"/v1/runs/{run_id}/input", {"text": later})
     assert status == 202, answer
     second.set()
-    async with asyncio.timeout(120):
-        await run.done.wait()
-    assert run.result is not None
-    assert run.result.status == "completed"
-    history = e2e.stub.requests_of()[-1].history_text()
-    assert [words in history for words in [*accepted, later]] == [True] * 4
-    assert all(refused not in r.history_text() for r in e2e.stub.requests_of())
+    await _completes_with_every_accepted_message(e2e, run, [*accepted, later], refused)
 
 
 @pytest.mark.parametrize(
