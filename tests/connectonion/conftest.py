@@ -76,6 +76,26 @@ class Model:
         )
 
 
+def lead_agent(claude_code: object, model_url: str, tmp_path: Path) -> Any:
+    """A real ConnectOnion Agent with the tool ``claude_code``, its model the scripted one at
+    ``model_url``, its IO ConnectOnion's own WebSocketIO (as hosted)."""
+    from connectonion import Agent
+    from connectonion.network.io import WebSocketIO
+
+    agent = Agent(
+        "lead",
+        tools=[claude_code],
+        model="scripted-model",
+        base_url=model_url,
+        api_key="dummy",
+        quiet=True,
+        log=False,
+        co_dir=tmp_path / ".co",
+    )
+    agent.io = WebSocketIO()
+    return agent
+
+
 @asynccontextmanager
 async def serve_model(model: Model) -> AsyncIterator[Model]:
     app = web.Application()
@@ -119,9 +139,6 @@ class Loop:
 @pytest.fixture
 async def loop(e2e: E2E, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Loop]:
     """An agent with ``ClaudeCode(mode="accept_edits")`` working in the daemon's workspace."""
-    from connectonion import Agent
-    from connectonion.network.io import WebSocketIO
-
     from codelegate.daemon.clients.tool import SOCKET_ENV, ClaudeCode
 
     assert e2e.handle is not None
@@ -131,15 +148,5 @@ async def loop(e2e: E2E, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Asy
     monkeypatch.chdir(e2e.workspace)
     model = Model()
     async with serve_model(model):
-        agent = Agent(
-            "lead",
-            tools=[ClaudeCode(mode="accept_edits")],
-            model="scripted-model",
-            base_url=model.url,
-            api_key="dummy",
-            quiet=True,
-            log=False,
-            co_dir=tmp_path / ".co",
-        )
-        agent.io = WebSocketIO()
+        agent = lead_agent(ClaudeCode(mode="accept_edits"), model.url, tmp_path)
         yield Loop(agent, agent.io, model, e2e)

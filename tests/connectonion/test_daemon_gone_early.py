@@ -22,7 +22,14 @@ from typing import Any
 import pytest
 
 from codelegate.daemon.clients import tool, tool_follow, tool_result
-from tests.connectonion.conftest import Model, call, say, serve_model, tool_messages
+from tests.connectonion.conftest import (
+    Model,
+    call,
+    lead_agent,
+    say,
+    serve_model,
+    tool_messages,
+)
 from tests.e2e.conftest import E2E
 from tests.e2e.test_tool_e2e import killable
 from tests.reliability.served import Served
@@ -68,8 +75,6 @@ def held(hold: threading.Event, connect: Callable[..., Any]) -> Callable[..., An
 async def killed_agent(
     claude_bin: str, tmp_path: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Killed]:
-    from connectonion import Agent
-    from connectonion.network.io import WebSocketIO
 
     hold = threading.Event()
     # The follower's first connection waits for the kill: no frame reaches the tool before.
@@ -77,17 +82,8 @@ async def killed_agent(
     async with killable(claude_bin, tmp_path, short_dir) as (daemon, stub, workspace):
         monkeypatch.chdir(workspace)
         async with serve_model(Model()) as model:
-            agent = Agent(
-                "lead",
-                tools=[tool.ClaudeCode(mode="accept_edits", socket=str(short_dir / "d.sock"))],
-                model="scripted-model",
-                base_url=model.url,
-                api_key="dummy",
-                quiet=True,
-                log=False,
-                co_dir=tmp_path / ".co",
-            )
-            agent.io = WebSocketIO()
+            claude_code = tool.ClaudeCode(mode="accept_edits", socket=str(short_dir / "d.sock"))
+            agent = lead_agent(claude_code, model.url, tmp_path)
             try:
                 yield Killed(agent, model, daemon, stub, hold)
             finally:
