@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 WORKSPACE ?= $(CURDIR)
 CONFIG ?=
 
-.PHONY: all setup setup-serve run test lint typecheck bench clean sandbox-tools redis-server
+.PHONY: all setup setup-serve run test lint typecheck bench clean sandbox-tools redis-server wheel compiled
 
 all: test
 
@@ -41,6 +41,24 @@ $(VENV)/.installed: $(VENV)/.serve
 	$(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip --default-pip
 	$(BIN)/pip install $(PIP_FLAGS) -e '.[test,bench]'
 	touch $@
+
+# The build that ships: the translator compiled with mypyc (setup.py, CODELEGATE_COMPILE=1), as a
+# wheel for this venv's Python. `make wheel` leaves it in dist/ (README "systemd"); `compiled`
+# installs it apart, in the venv's folder, where only what asks for it (the compiled test pass,
+# `make bench`) puts it on the path: the development install stays the pure source.
+COMPILED := $(VENV)/compiled
+PACKAGE_SOURCES := setup.py pyproject.toml $(shell find codelegate daemon policy translator -name '*.py')
+$(COMPILED)/.built: $(VENV)/.installed $(PACKAGE_SOURCES)
+	rm -rf $(COMPILED) build
+	CODELEGATE_COMPILE=1 $(BIN)/pip wheel $(PIP_FLAGS) --no-deps --no-build-isolation \
+		--wheel-dir $(COMPILED)/wheel .
+	$(BIN)/pip install $(PIP_FLAGS) --no-deps --target $(COMPILED)/site $(COMPILED)/wheel/codelegate-*.whl
+	rm -rf build
+	touch $@
+compiled: $(COMPILED)/.built
+wheel: compiled
+	mkdir -p dist && cp $(COMPILED)/wheel/codelegate-*.whl dist/
+	@ls dist/codelegate-*.whl
 
 # The pinned CLI, from the npm registry, into a local folder (its native binary comes in the
 # platform's optional dependency).
@@ -93,17 +111,22 @@ sandbox-tools:
 	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq bubblewrap socat; }
 
 # The tests always use the pinned CLI: golden transcripts are of that version.
-# translator/ and policy/ are held at 100 % branch coverage.
-test: setup $(CLAUDE_BIN) sandbox-tools redis-server
+# translator/ and policy/ are held at 100 % branch coverage (of the pure source: coverage cannot
+# see into compiled code). Then the translator's own tests run again on the compiled build, with
+# the test that both write the same bytes (tests/compiled).
+COMPILED_TESTS := tests/translator tests/golden/test_transcripts.py tests/compiled
+test: setup $(CLAUDE_BIN) sandbox-tools redis-server compiled
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/pytest \
 		--cov=codelegate.translator --cov=codelegate.policy --cov-branch --cov-report=term-missing:skip-covered \
 		--cov-fail-under=100 $(PYTEST_ARGS)
+	CODELEGATE_TEST_COMPILED=$(CURDIR)/$(COMPILED)/site PYTHONPATH=$(CURDIR)/$(COMPILED)/site \
+		$(BIN)/pytest -p no:cacheprovider --import-mode=append $(COMPILED_TESTS)
 
-bench: setup $(CLAUDE_BIN) redis-server
+bench: setup $(CLAUDE_BIN) redis-server compiled
 	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .tools var .pytest_cache .mypy_cache .ruff_cache .coverage
+	rm -rf $(VENV) .tools var build dist .pytest_cache .mypy_cache .ruff_cache .coverage

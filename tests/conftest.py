@@ -31,6 +31,16 @@ PINNED_CLAUDE_VERSION = CLAUDE_CODE_VERSION
 pytest_plugins = ["tests.fixtures"]
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # make test runs the suite on the source (coverage sees it) and then the translator's tests on
+    # the compiled build: each pass must import the build it says it tests.
+    from codelegate.translator import compiled
+
+    if compiled() != bool(os.environ.get("CODELEGATE_TEST_COMPILED")):
+        which = "compiled build" if compiled() else "source"
+        pytest.exit(f"this pass imported the translator's {which} (CODELEGATE_TEST_COMPILED)", 3)
+
+
 def pinned_claude() -> str | None:
     """The pinned Claude Code CLI that `make test` installs, or None when it is not there."""
     candidate = os.environ.get("CODELEGATE_TEST_CLAUDE") or str(

@@ -11,13 +11,15 @@ Walks the AST of every module of ``codelegate`` (imports in function bodies and 
 - aiohttp is the serving layer's and the terminal client's alone;
 - the clients import nothing of the server, and the ``claude_code`` tool only the standard library;
 - the import graph has no circles, of modules nor of the three packages (``policy`` imports
-  nothing of ``translator``, which builds on it), and no module is longer than :data:`MAX_LINES`.
+  nothing of ``translator``, which builds on it), and no module is longer than :data:`MAX_LINES`;
+- every translator module that defines no msgspec Struct is in the compiled build (setup.py).
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -229,3 +231,23 @@ def test_the_circle_finder_finds_a_circle() -> None:
 def test_no_module_is_longer_than_the_house_allows(name: str) -> None:
     lines = MODULES[name].read_text(encoding="utf-8").count("\n")
     assert lines <= MAX_LINES, f"{MODULES[name].relative_to(ROOT)}: {lines} lines"
+
+
+def _defines_structs(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(base, ast.Attribute) and base.attr == "Struct" for base in node.bases
+        ):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "defstruct":
+            return True
+    return False
+
+
+def test_every_translator_module_without_structs_is_compiled() -> None:
+    # setup.py compiles what pyproject.toml lists; a module that defines msgspec Structs cannot
+    # be (setup.py says why), and any other one must be, so that no new rule runs slowly.
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["codelegate"]["compiled"]
+    modules = {p.stem: p for p in (ROOT / "translator").glob("*.py") if p.stem != "__init__"}
+    assert sorted(listed) == sorted(name for name, p in modules.items() if not _defines_structs(p))
+    assert _defines_structs(ROOT / "translator" / "wire.py")  # the test can tell

@@ -1,8 +1,10 @@
 """Sans-IO translation of Claude Code's stream-json output into Agent IO frames.
 
-Pure: no asyncio, no I/O, no clock reads (time comes in as an argument). See DESIGN.md.
+Pure: no asyncio, no I/O, no clock reads (time comes in as an argument). See DESIGN.md. The same
+source also ships compiled by mypyc (setup.py): :func:`compiled` tells which one this is.
 """
 
+from codelegate.translator import core
 from codelegate.translator.core import Translator
 from codelegate.translator.frames import FinalResult, Frame, decode_frame, encode_frame, frame_id
 from codelegate.translator.inputs import Limits, Outcome, RunContext
@@ -23,6 +25,7 @@ __all__ = [
     "RunContext",
     "Translator",
     "clean_text",
+    "compiled",
     "decode_frame",
     "encode_frame",
     "frame_id",
@@ -31,3 +34,8 @@ __all__ = [
     "translate_chunks",
     "translate_transcript",
 ]
+
+
+def compiled() -> bool:
+    """Whether this translator is the compiled build (its core a native module), not the source."""
+    return not core.__file__.endswith(".py")

@@ -23,9 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-# What the wheel is built from: the project file, its readme, and the one import name with the
-# three folders its symlinks point at (copied as links, so they point into the copy).
-SOURCES = ("pyproject.toml", "README.md", "codelegate", "daemon", "translator", "policy")
+# What the wheel is built from: the project's two build files, its readme, and the one import name
+# with the three folders its symlinks point at (copied as links, so they point into the copy).
+SOURCES = (
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+    "codelegate",
+    "daemon",
+    "translator",
+    "policy",
+)
 
 
 class Built(NamedTuple):
