@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
 from codelegate.daemon.clients.tool import state_dir
-from codelegate.daemon.pinned import CLAUDE_CODE_VERSION
+from codelegate.daemon.pinned import CLAUDE_CODE_VERSION, translator_build
 from codelegate.daemon.supervision.version import cli_version
 from codelegate.policy.config import (
     Config,
@@ -285,6 +285,7 @@ def doctor(config_path: str | None, environ: Mapping[str, str] | None = None) ->
         out.append(f"claude version: {version_note(version)}")
         if version is None:
             problems.append("claude.path: the CLI did not answer --version")
+    out.append(f"translator: {translator_build()}")
     if config.fanout is not None:
         problems.extend(_doctor_fanout(config.fanout, out))
     present = auth_variables_present(config, env)

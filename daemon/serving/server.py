@@ -28,6 +28,7 @@ import structlog
 from aiohttp import web
 
 from codelegate.daemon import logs
+from codelegate.daemon.pinned import translator_build
 from codelegate.daemon.serving.app import create_app
 from codelegate.daemon.serving.binding import (
     ServerError,
@@ -245,7 +246,7 @@ async def serve(config: Config, *, drain_s: float = SHUTDOWN_DRAIN_S) -> int:
     if handle.tcp_port is not None:
         where.append(f"tcp:{config.server.tcp}")
     version = handle.app[STATE].cli_version
-    _log.info("listening", on=where, cli_version=version)
+    _log.info("listening", on=where, cli_version=version, translator=translator_build())
     logs.say(f"codelegate listening on {', '.join(where)}")
     if version is None:
         # Serving all the same (the CLI may be installed or mended while it runs), but every run

@@ -57,6 +57,8 @@ def test_doctor_development_defaults(
     out = capsys.readouterr().out
     assert f"workspace roots: {tmp_path}" in out
     assert "claude version: 2.1.332" in out
+    # The suite runs on the source (tests/conftest.py): doctor says so, and how to do better.
+    assert "translator: pure Python (a compiled build translates faster: make wheel)" in out
     assert "ANTHROPIC_API_KEY" in out
     assert PLANTED_SECRET not in out
     assert "PROBLEM" not in out

@@ -70,7 +70,11 @@ def test_multi_stage_pinned_cli_non_root() -> None:
         check=True,
     )
     assert sed.stdout.strip() == PINNED_CLAUDE_VERSION
-    assert any("pip install -c constraints.txt ." in args for word, args in steps if word == "RUN")
+    # The daemon's venv gets the wheel with the compiled translator, and the build checks it is.
+    [build] = [args for word, args in steps if word == "RUN" and "CODELEGATE_COMPILE=1" in args]
+    assert "pip wheel -c constraints.txt" in build
+    assert "venv/bin/pip install -c constraints.txt /tmp/wheel/codelegate-" in build
+    assert "assert t.compiled()" in build
     users = [args for word, args in steps if word == "USER"]
     assert users, "the image must not run as root"
     assert users[-1].split(":")[0] not in ("0", "root")
