@@ -180,7 +180,10 @@ def absolute(path: str) -> str:
 def bind_tcp(value: str) -> socket.socket:
     """A listening TCP socket on ``host:port`` (validated by the config; port 0 in tests)."""
     try:
-        return socket.create_server(parse_tcp(value, lowest_port=0))
+        host, port = parse_tcp(value, lowest_port=0)
+        # An IPv6 literal ("[::1]:8765") needs its family: create_server binds IPv4 by default.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family)
     except ValueError as exc:
         raise ServerError(f"[server] tcp: {exc}") from exc
     except OSError as exc:

@@ -103,6 +103,23 @@ async def test_tcp_needs_the_token_and_an_allowed_origin(
         await handle.close()
 
 
+async def test_tcp_listens_on_an_ipv6_loopback_literal(
+    short_dir: Path, workspace: Path, tmp_path: Path
+) -> None:
+    server = {**tcp_listener(tmp_path, TOKEN), "tcp": "[::1]:0"}
+    handle = await start_server(make_config(short_dir, workspace, server=server))
+    try:
+        assert handle.tcp_port
+        url = f"http://[::1]:{handle.tcp_port}/healthz"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url) as resp:
+                assert resp.status == 401
+            async with http.get(url, headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
+                assert resp.status == 200
+    finally:
+        await handle.close()
+
+
 @pytest.mark.parametrize(("token", "refusal"), [(None, "token_file"), ("abc", "at least 16")])
 async def test_tcp_without_a_readable_token_of_16_bytes_does_not_start(
     short_dir: Path, workspace: Path, tmp_path: Path, token: str | None, refusal: str
