@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 WORKSPACE ?= $(CURDIR)
 CONFIG ?=
 
-.PHONY: all setup setup-serve run test lint typecheck bench clean sandbox-tools redis-server wheel compiled
+.PHONY: all setup setup-serve run test lint typecheck bench clean sandbox-tools redis-server wheel compiled c-compiler
 
 all: test
 
@@ -48,7 +48,7 @@ $(VENV)/.installed: $(VENV)/.serve
 # `make bench`) puts it on the path: the development install stays the pure source.
 COMPILED := $(VENV)/compiled
 PACKAGE_SOURCES := setup.py pyproject.toml $(shell find codelegate daemon policy translator -name '*.py')
-$(COMPILED)/.built: $(VENV)/.installed $(PACKAGE_SOURCES)
+$(COMPILED)/.built: $(VENV)/.installed $(PACKAGE_SOURCES) | c-compiler
 	rm -rf $(COMPILED) build
 	CODELEGATE_COMPILE=1 $(BIN)/pip wheel $(PIP_FLAGS) --no-deps --no-build-isolation \
 		--wheel-dir $(COMPILED)/wheel .
@@ -56,6 +56,16 @@ $(COMPILED)/.built: $(VENV)/.installed $(PACKAGE_SOURCES)
 	rm -rf build
 	touch $@
 compiled: $(COMPILED)/.built
+# mypyc's C needs a compiler (Debian's gcc, installed as root when missing) and Python's headers.
+c-compiler:
+	@command -v cc >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=; \
+	  elif command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; \
+	  else echo "no C compiler and this is not root: apt-get install gcc" >&2; exit 1; fi; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends gcc libc6-dev; }
+	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -c 'import os, sysconfig, sys; h = os.path.join(sysconfig.get_path("include"), "Python.h"); \
+		sys.exit(None if os.path.exists(h) else "no " + h + ": install the headers of this Python (Debian: python3-dev)")'
 wheel: compiled
 	mkdir -p dist && cp $(COMPILED)/wheel/codelegate-*.whl dist/
 	@ls dist/codelegate-*.whl
