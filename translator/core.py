@@ -33,9 +33,7 @@ from codelegate.translator.messages import Messages
 from codelegate.translator.outcome import final_result, invocation_end
 from codelegate.translator.redact import PLAIN, Redactor
 from codelegate.translator.restore import restore_into
-from codelegate.translator.state import NAME_PREFIX, TOOL_PREFIX, Card, RunState
-
-__all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
+from codelegate.translator.state import RunState
 
 _END_ERROR_TYPES: Final[dict[str, ErrorType]] = {
     "cancelled": "cancelled",
