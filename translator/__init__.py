@@ -9,9 +9,9 @@ from codelegate.translator.core import Translator
 from codelegate.translator.frames import FinalResult, Frame, decode_frame, encode_frame, frame_id
 from codelegate.translator.inputs import Limits, Outcome, RunContext
 from codelegate.translator.lines import LineSplitter
+from codelegate.translator.records import Card
 from codelegate.translator.redact import Redactor, clean_text, redact_value
 from codelegate.translator.shapes import redact_text
-from codelegate.translator.state import Card
 from codelegate.translator.transcript import translate_chunks, translate_transcript
 
 __all__ = [

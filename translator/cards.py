@@ -25,8 +25,10 @@ from codelegate.translator.frames import (
     ToolProgress,
 )
 from codelegate.translator.patch import creation_diff, unified_diff
-from codelegate.translator.state import TOOL_PREFIX, UNKNOWN_TOOL, Card, RunState, Tool
+from codelegate.translator.records import Card
+from codelegate.translator.state import TOOL_PREFIX, UNKNOWN_TOOL, RunState
 from codelegate.translator.summary import activity_texts, changed_path, titled
+from codelegate.translator.tools import Tool
 from codelegate.translator.units import bound_units, clean_units
 
 _TASK_END: Final = frozenset({"completed", "failed", "stopped", "killed"})

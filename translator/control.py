@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+import codelegate.translator.wire as wire
 from codelegate.policy.approvals import TOOL_NAME
 from codelegate.translator.bounds import utf8_len
 from codelegate.translator.lines import LineSplitter
@@ -29,20 +30,6 @@ if TYPE_CHECKING:
 
 # The request id of the ``initialize`` request; one per process, so it needs nothing unique.
 INITIALIZE_ID: Final = "initialize"
-
-
-class _Task(msgspec.Struct, gc=False):
-    task_id: str = ""
-
-
-_tasks_decoder: Final = msgspec.json.Decoder(list[_Task] | None)
-
-
-class _Envelope(msgspec.Struct, gc=False):
-    type: str | None = None
-
-
-_envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
 
 
 def _line(obj: dict[str, Any]) -> bytes:
@@ -184,16 +171,6 @@ def opening(prompt: str) -> bytes:
     return control_request(INITIALIZE_ID, "initialize") + user_message(prompt)
 
 
-def task_ids(raw: msgspec.Raw) -> tuple[str, ...] | None:
-    """The ids of the tasks a ``background_tasks_changed`` line lists (every open background
-    task: Bash or subagent); None when it lists none readable."""
-    try:
-        tasks = _tasks_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return None if tasks is None else tuple(task.task_id for task in tasks)
-
-
 def _taken(unread: deque[str], content: object, *, first: bool) -> int:
     """How many of the oldest ``unread`` messages an echo took in: as many as its text spells,
     joined by newlines (in the first echo, after the prompt's text: a message written before
@@ -325,7 +302,7 @@ class ResultWatch:
         if not self.seen:
             for line in self._splitter.feed(data):
                 try:
-                    kind = _envelope_decoder.decode(line).type
+                    kind = wire.line_type(line)
                 except msgspec.DecodeError:
                     continue
                 if kind == "result":

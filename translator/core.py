@@ -18,7 +18,7 @@ import codelegate.translator.wire as wire
 from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.translator.approvals import ApprovalRules
 from codelegate.translator.cards import Cards
-from codelegate.translator.control import Channel, task_ids
+from codelegate.translator.control import Channel
 from codelegate.translator.frames import (
     ErrorType,
     FinalResult,
@@ -33,9 +33,7 @@ from codelegate.translator.messages import Messages
 from codelegate.translator.outcome import final_result, invocation_end
 from codelegate.translator.redact import PLAIN, Redactor
 from codelegate.translator.restore import restore_into
-from codelegate.translator.state import NAME_PREFIX, TOOL_PREFIX, Card, RunState
-
-__all__ = ["NAME_PREFIX", "TOOL_PREFIX", "Card", "Translator"]
+from codelegate.translator.state import RunState
 
 _END_ERROR_TYPES: Final[dict[str, ErrorType]] = {
     "cancelled": "cancelled",
@@ -380,7 +378,7 @@ class Translator:
         elif subtype == "permission_denied":
             self.cards.permission_denied(msg)
         elif subtype == "background_tasks_changed":
-            self.channel.tasks(task_ids(msg.tasks))
+            self.channel.tasks(wire.task_ids(msg.tasks))
         elif subtype in _HANDLED_SUBTYPES:
             self.cards.task(subtype, msg)
         else:

@@ -12,7 +12,8 @@ from typing import Final
 
 import codelegate.translator.wire as wire
 from codelegate.translator.cards import Cards
-from codelegate.translator.state import RunState, StreamedText
+from codelegate.translator.records import StreamedText
+from codelegate.translator.state import RunState
 from codelegate.translator.units import clean_units
 
 _STREAM_EVERY: Final = 0.1  # seconds between two updates of a streamed message (≈ 10 a second)

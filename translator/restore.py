@@ -15,8 +15,10 @@ from codelegate.translator.frames import (
     ToolCall,
     ToolResult,
 )
-from codelegate.translator.state import NAME_PREFIX, TOOL_PREFIX, Card, RunState, StreamedText
+from codelegate.translator.records import Card, StreamedText
+from codelegate.translator.state import TOOL_PREFIX, RunState
 from codelegate.translator.summary import changed_path
+from codelegate.translator.tools import NAME_PREFIX
 
 
 def restore_into(s: RunState, frames: Iterable[Frame]) -> None:

@@ -5,21 +5,18 @@
 (:mod:`translator.outcome`) and the restore (:mod:`translator.restore`) take it explicitly, and
 :class:`~translator.core.Translator` composes them. It also stamps the frames: sequence numbers,
 times and the envelope every frame carries are facts of the run, so they are set here and nowhere
-else.
+else. The records it holds per card and per streamed block are Structs of their own module
+(:mod:`translator.records`), and the facts of a tool's name are :mod:`translator.tools`'.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
-
-import msgspec
+from typing import Final, Literal
 
 import codelegate.translator.wire as wire
-from codelegate.policy.approvals import FILE_CHANGE_TOOLS
 from codelegate.policy.request import AGENT_IO_ID
 from codelegate.translator.frames import (
     PROVIDER,
-    ActivityKind,
     Diagnostic,
     DiagnosticCode,
     ErrorType,
@@ -32,74 +29,18 @@ from codelegate.translator.frames import (
     frame_id_prefix,
 )
 from codelegate.translator.inputs import NAME_CHARS, Limits, RunContext
+from codelegate.translator.records import Card, StreamedText
 from codelegate.translator.redact import Redactor
-from codelegate.translator.review import Review, reviewed_tool
-from codelegate.translator.summary import SUBAGENT_TOOLS, activity_kind, title_of
+from codelegate.translator.review import Review
+from codelegate.translator.tools import Tool
 
 TOOL_PREFIX: Final = "claude:"
-NAME_PREFIX: Final = "Claude Code › "
 UNKNOWN_TOOL: Final = "unknown"  # the name of a card whose tool the CLI did not name
 # The most of a path or an id the CLI reports that a frame carries (a tool name: NAME_CHARS).
 SAID_CHARS: Final = 1024
 # A frame's envelope, as its first fields take it (translator.frames._Frame).
 Envelope = tuple[str, str, int, float, Literal["claude_code"], str | None, str | None, str | None]
 _TOOLS_KEPT: Final = 256  # tool names whose facts a run remembers
-
-
-class Tool:
-    """What a tool's name alone says of its cards: worked out once per name of a run (the
-    same few names come back on every call), not once per card."""
-
-    __slots__ = ("bare", "changes_files", "kind", "name", "review", "subagent", "title", "tool")
-
-    def __init__(self, tool: str) -> None:
-        self.tool = tool  # the name as the frames carry it (already said)
-        self.name = NAME_PREFIX + tool  # the cards' frame name
-        self.kind: ActivityKind = activity_kind(tool)
-        self.title = title_of(tool)
-        self.changes_files = tool in FILE_CHANGE_TOOLS
-        self.subagent = tool in SUBAGENT_TOOLS
-        # What the review evidence takes a card of this name for (None: it takes no note).
-        self.review = reviewed_tool(self.name)
-        # The title of a card with no arguments yet, bounded (set by the first such card).
-        self.bare: str | None = None
-
-
-class Card(msgspec.Struct, gc=False):
-    """An open tool call: created by its tool_use, gone once its tool_result frame is out.
-
-    A Struct rather than a slotted class: one is made per tool call, on the hot path, and a
-    Struct is built in C and never tracked by the garbage collector (no card is in a cycle)."""
-
-    use_id: str
-    tool_id: str
-    facts: Tool  # what its tool's name says (its name as frames carry it: facts.name)
-    parent_tool_id: str | None
-    started: float
-    args: Any
-    changed: str | None
-    partial: bool = False  # opened at its block's start: the arguments are still coming
-    sequence: int = 0  # its row's place in the Work Room (first-seen ordinal), 0 = none
-    background: bool = False  # an async subagent: ends on task_notification, not its result
-    denied: str | None = None  # the CLI's reason when permission was denied
-    content: str | None = None  # a Write's text, for a creation diff
-    task_status: str | None = None  # a background task's end, from task_updated
-    updated_at: float = float("-inf")  # when its last progress text went out
-
-
-class StreamedText(msgspec.Struct, gc=False):
-    """An assistant text block as it streams (``--include-partial-messages``).
-
-    A Struct, as Card is: one per streamed block, built in C (a fifth of the slotted class's
-    time), and left out of the collector (it holds strings only)."""
-
-    message_id: str
-    parent: str | None
-    index: int  # the block's index in its message (deltas name it)
-    chunks: list[str] = msgspec.field(default_factory=list)
-    size: int = 0
-    sent: str = ""
-    sent_at: float = float("-inf")
 
 
 class RunState:

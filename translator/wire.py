@@ -207,6 +207,10 @@ class TaskPatch(msgspec.Struct, gc=False):
     status: str | None = None
 
 
+class _Task(msgspec.Struct, gc=False):  # one of background_tasks_changed's ``tasks``
+    task_id: str = ""
+
+
 # --- tool_use_result shapes --------------------------------------------------------------------
 
 
@@ -347,10 +351,16 @@ def decode_line(line: bytes) -> Line:
     try:
         return _line_decoder.decode(line)
     except msgspec.ValidationError:
-        envelope = _envelope_decoder.decode(line)
-        if envelope.type is not None and envelope.type not in KNOWN_TYPES:
-            raise UnknownType(envelope.type) from None
+        kind = line_type(line)
+        if kind is not None and kind not in KNOWN_TYPES:
+            raise UnknownType(kind) from None
         raise
+
+
+def line_type(line: bytes) -> str | None:
+    """A line's bare ``type`` (None when it names none); raises ``msgspec.DecodeError`` for a
+    line that is not a JSON object."""
+    return _envelope_decoder.decode(line).type
 
 
 tool_use_result_decoder: Final = msgspec.json.Decoder(ToolUseResult)
@@ -359,6 +369,7 @@ errors_decoder: Final = msgspec.json.Decoder(list[str])
 _text_decoder: Final = msgspec.json.Decoder(str | None)
 _usage_decoder: Final = msgspec.json.Decoder(TaskUsage | None)
 _patch_decoder: Final = msgspec.json.Decoder(TaskPatch | None)
+_tasks_decoder: Final = msgspec.json.Decoder(list[_Task] | None)
 
 
 def decode_lines(block: bytes | memoryview) -> list[Line]:
@@ -391,3 +402,13 @@ def patch_status(raw: msgspec.Raw) -> str | None:
     except msgspec.ValidationError:
         return None
     return patch.status if patch else None
+
+
+def task_ids(raw: msgspec.Raw) -> tuple[str, ...] | None:
+    """The ids of the tasks a ``background_tasks_changed`` line lists (every open background
+    task: Bash or subagent); None when it lists none readable."""
+    try:
+        tasks = _tasks_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return None if tasks is None else tuple(task.task_id for task in tasks)

@@ -38,8 +38,8 @@ from codelegate.translator.frames import (
     ToolProgress,
     ToolResult,
 )
-from codelegate.translator.state import NAME_PREFIX
 from codelegate.translator.summary import one_line
+from codelegate.translator.tools import NAME_PREFIX
 
 _SPINNER: Final = Spinner("dots")
 _NOTE_CHARS: Final = 100

@@ -15,9 +15,9 @@ from codelegate.translator.control import (
     ResultWatch,
     control_request,
     opening,
-    task_ids,
     user_message,
 )
+from codelegate.translator.wire import task_ids
 from tests.translator.helpers import assistant, chunked, context, init_line, line, result_line
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "golden" / "transcripts"

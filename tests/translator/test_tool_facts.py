@@ -5,7 +5,8 @@ from __future__ import annotations
 from codelegate.translator.frames import RunResult, ToolCall
 from codelegate.translator.inputs import Limits
 from codelegate.translator.redact import PLAIN
-from codelegate.translator.state import RunState, Tool
+from codelegate.translator.state import RunState
+from codelegate.translator.tools import Tool
 
 from .helpers import assistant, context, of_type, run, tool_use
 
