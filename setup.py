@@ -2,8 +2,8 @@
 
 ``CODELEGATE_COMPILE=1`` compiles the translator modules that ``[tool.codelegate] compiled``
 lists with mypyc (the mypy in constraints.txt, and a C compiler). The source stays the same
-Python: mypyc turns its type annotations into native code, which runs the translator's rules
-about twice as fast (bench/RESULTS.md §1). Without it, or with ``0``, the build is pure Python and
+Python: mypyc turns its type annotations into native code, and the translator spends a fifth
+to a third less CPU a line (bench/RESULTS.md §1). Without it, or with ``0``, the build is pure Python and
 does exactly the same, more slowly. Modules that define msgspec Structs stay Python: mypyc would
 compile their classes as its own, and a Struct must stay msgspec's.
 
