@@ -2,10 +2,10 @@
 
 ``CODELEGATE_COMPILE=1`` compiles the translator modules that ``[tool.codelegate] compiled``
 lists with mypyc (the mypy in constraints.txt, and a C compiler). The source stays the same
-Python: mypyc turns its type annotations into native code, and the translator spends a fifth
-to a third less CPU a line (bench/RESULTS.md §1). Without it, or with ``0``, the build is pure Python and
-does exactly the same, more slowly. Modules that define msgspec Structs stay Python: mypyc would
-compile their classes as its own, and a Struct must stay msgspec's.
+Python: mypyc turns its type annotations into native code, and the translator spends a fifth to
+a third less CPU a line (bench/RESULTS.md §1). Without it, or with ``0``, the build is pure
+Python and does exactly the same, more slowly. Modules that define msgspec Structs stay Python:
+mypyc would compile their classes as its own, and a Struct must stay msgspec's.
 
 Compile only wheels (``make wheel``, the Dockerfile, README "systemd"): an editable install
 compiles next to the sources, where the shared objects would shadow the code the tests cover.
