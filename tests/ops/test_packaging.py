@@ -9,6 +9,7 @@ The development venv holds python-daemon, whose top-level ``daemon`` must stay i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -149,3 +150,32 @@ def test_python_daemon_beside_codelegate_keeps_its_daemon(tmp_path: Path) -> Non
     where, has_context = done.stdout.split()
     assert "site-packages" in where
     assert has_context == "True"
+
+
+@pytest.mark.parametrize("asked", ["yes", "2", "true"])
+def test_a_compile_setting_other_than_0_or_1_stops_the_build_and_says_so(asked: str) -> None:
+    build = subprocess.run(
+        [sys.executable, "setup.py", "--name"],
+        cwd=ROOT,
+        env={**os.environ, "CODELEGATE_COMPILE": asked},
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode != 0
+    assert f"CODELEGATE_COMPILE must be 0 or 1, not {asked!r}" in build.stderr
+
+
+def test_without_the_compile_setting_the_build_compiles_nothing(tmp_path: Path) -> None:
+    # mypyc writes its C into build/ as soon as setup.py runs with the setting: here none comes.
+    for name in SOURCES:
+        (tmp_path / name).symlink_to(ROOT / name)
+    build = subprocess.run(
+        [sys.executable, "setup.py", "--name"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "CODELEGATE_COMPILE"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert build.stdout.strip() == "codelegate"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SOURCES)
