@@ -4,6 +4,7 @@ with ``before=`` they list every run once, newest first."""
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 import time
 import tracemalloc
@@ -159,3 +160,10 @@ async def test_a_run_memory_holds_and_the_store_not_yet_is_listed_once_in_its_pl
         await store.close()
     assert [run for page in pages for run in page] == ["s6", "s5", "s4", "m", "s3", "s2", "s1"]
     assert pages[0] == ["s6", "s5"]  # not "m" yet: "s4" and "s3" come before it
+
+
+def test_the_readme_says_the_page_bound_the_daemon_applies() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    said = {int(n) for n in re.findall(r"(\d+) MiB of JSON", readme)}
+    assert said == {LISTING_BYTES // (1024 * 1024)}
+    assert LISTING_BYTES % (1024 * 1024) == 0
