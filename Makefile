@@ -123,8 +123,12 @@ sandbox-tools:
 # The tests always use the pinned CLI: golden transcripts are of that version.
 # translator/ and policy/ are held at 100 % branch coverage (of the pure source: coverage cannot
 # see into compiled code). Then the translator's own tests run again on the compiled build, with
-# the test that both write the same bytes (tests/compiled).
-COMPILED_TESTS := tests/translator tests/golden/test_transcripts.py tests/compiled
+# the test that both write the same bytes (tests/compiled) and real-CLI runs through a daemon
+# and the tool in this process.
+COMPILED_TESTS := tests/translator tests/golden/test_transcripts.py tests/compiled \
+	tests/e2e/test_tool_e2e.py \
+	tests/e2e/test_daemon_e2e.py::test_live_read_edit_bash_cards_then_result_and_resume \
+	tests/e2e/test_approvals_e2e.py::test_an_approved_write_runs_after_the_card_and_its_answer_is_listed
 test: setup $(CLAUDE_BIN) sandbox-tools redis-server compiled
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -132,8 +136,8 @@ test: setup $(CLAUDE_BIN) sandbox-tools redis-server compiled
 	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/pytest \
 		--cov=codelegate.translator --cov=codelegate.policy --cov-branch --cov-report=term-missing:skip-covered \
 		--cov-fail-under=100 $(PYTEST_ARGS)
-	CODELEGATE_TEST_COMPILED=$(CURDIR)/$(COMPILED)/site PYTHONPATH=$(CURDIR)/$(COMPILED)/site \
-		$(BIN)/pytest -p no:cacheprovider --import-mode=append $(COMPILED_TESTS)
+	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) CODELEGATE_TEST_COMPILED=$(CURDIR)/$(COMPILED)/site \
+		PYTHONPATH=$(CURDIR)/$(COMPILED)/site $(BIN)/pytest -p no:cacheprovider --import-mode=append $(COMPILED_TESTS)
 
 bench: setup $(CLAUDE_BIN) redis-server compiled
 	CODELEGATE_TEST_CLAUDE=$(CURDIR)/$(CLAUDE_BIN) $(BIN)/python -m bench
