@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from codelegate.translator import Redactor, RunContext, compiled, translate_chunks
+from codelegate.translator import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = sorted((ROOT / "tests" / "golden").glob("*/*.jsonl"))
@@ -23,15 +23,16 @@ TRANSCRIPTS = sorted((ROOT / "tests" / "golden").glob("*/*.jsonl"))
 PASS = "CODELEGATE_TEST_COMPILED"  # set by make test's compiled pass (tests/conftest.py)
 pytestmark = pytest.mark.skipif(not os.environ.get(PASS), reason="make test's compiled pass")
 
-# The source's side: the checkout's own folder comes first on the path (-c), so it imports the
-# source whatever else is installed; it says so, and writes each transcript's frames in turn.
-_SOURCE_SIDE = """
+# Each side runs in a process of its own, with its build's folder as the current one, which
+# ``-c`` puts first on the path: the checkout imports the source, the compiled build's folder that
+# build. Each says which it imported, and writes each transcript's frames in turn.
+_SIDE = """
 import sys
 from codelegate.translator import Redactor, RunContext, compiled, translate_chunks
-assert not compiled(), "the source's side imported the compiled build"
-known = sys.argv[1].split(",")
+assert compiled() == (sys.argv[1] == "compiled"), "this side imported the other build"
+known = sys.argv[2].split(",")
 out = sys.stdout.buffer
-for path in sys.argv[2:]:
+for path in sys.argv[3:]:
     for redactor in (None, Redactor(known)):
         ctx = RunContext(run_id="same", cwd="/srv/workspaces/demo", started_at=0.0)
         data = open(path, "rb").read()
@@ -41,16 +42,15 @@ for path in sys.argv[2:]:
 """
 
 
-def _compiled_side(known: list[str]) -> bytes:
-    out = []
-    for path in TRANSCRIPTS:
-        for redactor in (None, Redactor(known)):
-            ctx = RunContext(run_id="same", cwd="/srv/workspaces/demo", started_at=0.0)
-            data = path.read_bytes()
-            chunks = [data[i : i + 4096] for i in range(0, len(data), 4096)]
-            frames = b"".join(translate_chunks(chunks, ctx, redactor=redactor))
-            out.append(b"%d\n" % len(frames) + frames)
-    return b"".join(out)
+def _frames(build: str, folder: Path, known: list[str]) -> bytes:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PASS)}
+    return subprocess.run(
+        [sys.executable, "-c", _SIDE, build, ",".join(known), *map(str, TRANSCRIPTS)],
+        cwd=folder,
+        env=env,
+        check=True,
+        capture_output=True,
+    ).stdout
 
 
 def test_this_pass_runs_the_compiled_translator() -> None:
@@ -59,16 +59,10 @@ def test_this_pass_runs_the_compiled_translator() -> None:
 
 def test_the_compiled_translator_writes_the_sources_bytes_for_every_golden_transcript() -> None:
     known = ["sk-ant-api03-" + secrets.token_hex(40), secrets.token_urlsafe(32)]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", PASS)}
-    source = subprocess.run(
-        [sys.executable, "-c", _SOURCE_SIDE, ",".join(known), *map(str, TRANSCRIPTS)],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-    ).stdout
+    source = _frames("source", ROOT, known)
     assert len(TRANSCRIPTS) >= 20
-    assert source == _compiled_side(known)
+    assert source.count(b"run_result") >= 2 * len(TRANSCRIPTS)
+    assert _frames("compiled", Path(os.environ[PASS]), known) == source
 
 
 def test_the_install_says_its_translator_is_compiled() -> None:
