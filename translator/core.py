@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
+import codelegate.translator.partial as partial
 import codelegate.translator.wire as wire
 from codelegate.policy.approvals import ApprovalsConfig
 from codelegate.translator.approvals import ApprovalRules
@@ -242,27 +243,26 @@ class Translator:
         stream = self.messages.stream
         streaming = self.state.streaming  # the text blocks streaming now (one dict, kept)
         stream_event, system, passive = wire.StreamEvent, wire.System, _PASSIVE_SUBTYPES
+        block_start, message_start = partial.BlockStart, partial.MessageStart
+        block_delta, text_delta = partial.BlockDelta, partial.TextDelta
         for msg in messages:
             kind = type(msg)
             # The commonest lines that carry nothing are dismissed here, without a call:
-            # partial deltas of thinking and tool input, and passive system subtypes.
+            # partial events other than a block's start while no text streams, and passive
+            # system subtypes. The test is Messages.stream's, by the event's class.
             if kind is stream_event:
                 event = msg.event  # type: ignore[union-attr]
-                if event is None:
-                    continue
-                what = event.type
+                what = type(event)
                 # A block's start may open a card or a text; the rest matter only while a
                 # text streams: its delta grows it, a message's start ends it if cut off.
-                if what != "content_block_start":
-                    if not streaming:
-                        continue
-                    if what != "message_start":
-                        delta = event.delta
-                        if what != "content_block_delta" or delta is None:
-                            continue
-                        if delta.type != "text_delta":
-                            continue
-                stream(msg)  # type: ignore[arg-type]
+                if what is block_start or (
+                    streaming
+                    and (
+                        what is message_start
+                        or (what is block_delta and type(event.delta) is text_delta)  # type: ignore[union-attr]
+                    )
+                ):
+                    stream(msg)  # type: ignore[arg-type]
                 continue
             if kind is system and msg.subtype in passive:  # type: ignore[union-attr]
                 continue

@@ -12,6 +12,7 @@ from typing import Final
 
 import codelegate.translator.wire as wire
 from codelegate.translator.cards import Cards
+from codelegate.translator.partial import BlockDelta, BlockStart, MessageStart, TextDelta
 from codelegate.translator.records import StreamedText
 from codelegate.translator.state import RunState
 from codelegate.translator.units import clean_units
@@ -53,23 +54,29 @@ class Messages:
         s = self.s
         event = msg.event
         parent = msg.parent_tool_use_id
-        if event is None or (parent is not None and parent not in s.seen):
+        if parent is not None and parent not in s.seen:
             return  # a subagent's partial before its Task card: its full lines are held
-        kind = event.type
-        if kind == "content_block_delta":
+        if isinstance(event, BlockDelta):
             streamed = s.streaming.get(parent)
             delta = event.delta
-            if streamed is not None and streamed.index == event.index and delta and delta.text:
+            if (
+                streamed is not None
+                and streamed.index == event.index
+                and isinstance(delta, TextDelta)
+                and delta.text
+            ):
                 self._grow(streamed, delta.text)
             return
+        if not isinstance(event, BlockStart | MessageStart):
+            return  # a block's or a message's end, a thinking delta …: nothing to show
         # A block's full line comes before the next block of its agent starts (a stream fact):
         # a text still streaming then never got one (a stream cut off) and ends as far as it
         # got, so that nothing stays half-shown and the next full line is not taken for it.
         if parent in s.streaming:
             self.end_stream(parent)
-        block = event.content_block
-        if kind != "content_block_start" or block is None:
+        if isinstance(event, MessageStart) or event.content_block is None:
             return
+        block = event.content_block
         if block.type == "tool_use":
             if block.id and block.id not in s.seen:
                 self._cards.start(block.id, s.tool(block.name), parent)

@@ -19,6 +19,8 @@ from typing import Any, Final, Union, cast, get_args
 
 import msgspec
 
+from codelegate.translator.partial import Event, LooseStreamEvent
+
 # Raw fields are captured without being parsed; "absent" reads the same as JSON null.
 _RAW_NULL: Final = msgspec.Raw(b"null")
 
@@ -117,34 +119,12 @@ class ToolProgressLine(_Line, tag="tool_progress"):
     elapsed_time_seconds: float = 0
 
 
-class StreamBlock(msgspec.Struct, gc=False):
-    """The block a ``content_block_start`` opens (``tool_use`` with its id and name, ``text``)."""
-
-    type: str = ""
-    id: str | None = None
-    name: str | None = None
-
-
-class StreamDelta(msgspec.Struct, gc=False):
-    """A ``content_block_delta``'s delta; only ``text_delta`` carries something we show."""
-
-    type: str = ""
-    text: str | None = None
-
-
-class StreamBody(msgspec.Struct, gc=False):
-    type: str = ""
-    index: int = 0
-    content_block: StreamBlock | None = None
-    delta: StreamDelta | None = None
-
-
 class StreamEvent(_Line, tag="stream_event"):
     """A partial message (``--include-partial-messages``): a block starts, text grows. The
     full assistant line of each block still follows; thinking and tool input deltas are not
     read (a card's arguments come complete with that line)."""
 
-    event: StreamBody | None = None
+    event: Event | None = None
     parent_tool_use_id: str | None = None
 
 
@@ -337,6 +317,7 @@ _line_decoder: Final[msgspec.json.Decoder[Line]] = msgspec.json.Decoder(
     Union[_DECODED]  # noqa: UP007 - a union of classes made at run time
 )
 _envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
+_loose_decoder: Final = msgspec.json.Decoder(LooseStreamEvent)
 
 
 class UnknownType(Exception):
@@ -352,6 +333,11 @@ def decode_line(line: bytes) -> Line:
         return _line_decoder.decode(line)
     except msgspec.ValidationError:
         kind = line_type(line)
+        if kind == "stream_event":
+            # An event or delta of a type the union does not list: it carries nothing, but a
+            # line of a wrong shape is still malformed (this raises).
+            loose = _loose_decoder.decode(line)
+            return StreamEvent(parent_tool_use_id=loose.parent_tool_use_id)
         if kind is not None and kind not in KNOWN_TYPES:
             raise UnknownType(kind) from None
         raise

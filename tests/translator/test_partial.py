@@ -6,6 +6,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import pytest
+
 from codelegate.translator import Translator
 from codelegate.translator.frames import encode_frame
 from tests.translator.helpers import (
@@ -210,6 +212,59 @@ def test_a_stream_event_of_a_wrong_shape_is_a_malformed_line() -> None:
     assert [(d["code"], d["count"]) for d in of_type(frames, "diagnostic")] == [
         ("malformed_line", 1)
     ]
+
+
+def test_a_text_delta_whose_text_is_not_a_string_is_a_malformed_line() -> None:
+    bad = {"type": "text_delta", "text": 7}
+    frames = run([start_text(), event(type="content_block_delta", index=0, delta=bad)])
+    assert [(d["code"], d["count"]) for d in of_type(frames, "diagnostic")] == [
+        ("malformed_line", 1)
+    ]
+
+
+def test_an_event_or_a_delta_of_a_type_not_known_yet_carries_nothing() -> None:
+    # A new CLI may stream types this version does not list: neither shown nor counted.
+    marker = secrets.token_hex(8)
+    new_delta = {"type": "compaction_delta", "text": marker}
+    frames = feed(
+        [
+            (1001.0, start_text()),
+            (1001.0, delta("The answer ")),
+            (1001.05, event(type="content_block_delta", index=0, delta=new_delta)),
+            (1001.1, event(type="content_block_pause", index=0, text=marker)),
+            (1001.2, delta("is here.")),
+        ],
+        close=False,
+    )
+    assert messages(frames) == [
+        ("run-1:message:1", "The answer", True),
+        ("run-1:message:1", "The answer is", True),
+    ]
+    assert marker not in str(frames)
+    assert [f for f in frames if f["type"] == "diagnostic"] == []
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [b"{not json\n", event(type="content_block_pause", index=0)],
+    ids=["malformed", "new event type"],
+)
+def test_a_block_read_line_by_line_means_what_it_means_read_whole(odd: bytes) -> None:
+    # A line the decoder cannot take at once (malformed, or an event of a new type) sends its
+    # whole block line by line: a block's end there must not end the text that streams, as it
+    # does not in a block read whole, or the full line would show as a second message.
+    lines = [
+        start_text(),
+        delta("Hello "),
+        event(type="content_block_stop", index=0),
+        delta("there "),
+        text_line("Hello there"),
+    ]
+    whole = as_data(run([b"".join(lines)]))
+    by_line = as_data(run([b"".join([*lines[:2], odd, *lines[2:]])]))
+    shown = [("run-1:message:1", "Hello", True), ("run-1:message:1", "Hello there", False)]
+    assert messages(whole) == shown
+    assert messages(by_line) == shown
 
 
 def test_a_long_stream_is_bounded_and_an_unchanged_text_is_not_sent_again() -> None:
