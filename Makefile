@@ -47,7 +47,7 @@ $(VENV)/.installed: $(VENV)/.serve
 # installs it apart, in the venv's folder, where only what asks for it (the compiled test pass,
 # `make bench`) puts it on the path: the development install stays the pure source.
 COMPILED := $(VENV)/compiled
-PACKAGE_SOURCES := setup.py pyproject.toml $(shell find codelegate daemon policy translator -name '*.py')
+PACKAGE_SOURCES := setup.py pyproject.toml $(shell find codelegate daemon policy translator -name '*.py' -o -name '*.c')
 $(COMPILED)/.built: $(VENV)/.installed $(PACKAGE_SOURCES) | c-compiler
 	rm -rf $(COMPILED) build
 	CODELEGATE_COMPILE=1 $(BIN)/pip wheel $(PIP_FLAGS) --no-deps --no-build-isolation \

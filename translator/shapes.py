@@ -10,7 +10,14 @@ exact values a run is known to hold are :class:`~translator.redact.Redactor`'s.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
+
+_native_screen: Callable[[str], bool] | None
+try:
+    from codelegate.translator._screen import screen as _native_screen
+except ImportError:  # the source build: no native code
+    _native_screen = None
 
 MASK: Final = "[redacted]"
 
@@ -136,14 +143,31 @@ def _odd_case(low: str) -> bool:
     return "\u0307" in low or "\u017f" in low or "\u0131" in low
 
 
-def may_hold_a_secret(low: str) -> bool:
-    """Whether the lowercased ``low`` may hold a credential shape (never a miss)."""
+def screen_chain(low: str) -> bool:
+    """Whether the lowercased ``low`` holds a literal some credential shape needs, by the chain
+    alone whatever its length: what the compiled build's screen answers (``_screen.c``)."""
+    if not low.isascii() and _odd_case(low):
+        return True
+    return _chain(low, "=" in low or ":" in low)
+
+
+def _screen_source(low: str) -> bool:
+    """:func:`may_hold_a_secret` of the source build."""
     # Every pattern above needs one of these literals, and most texts hold none. On a short
     # text a chain of ``in`` is the cheapest test (each a fast search in C; a regex pays its
     # set-up per call); but each ``in`` reads the whole text again, and on a long one a single
     # regex pass costs less. Measured on the benchmark's texts, best of 15 rounds: past 1,024
     # characters the regex reads 5.8 ns a character and the chain 12.3; from 256 to 1,024 they
     # are even; below, the chain is cheaper.
+    if not low.isascii() and _odd_case(low):  # isascii: a flag, not a scan
+        return True
+    keyed = "=" in low or ":" in low
+    if keyed and len(low) > _CHAIN_CHARS:
+        return _LITERALS.search(low) is not None
+    return _chain(low, keyed)
+
+
+def _chain(low: str, keyed: bool) -> bool:
     # ("key" covers every *key name, "auth" authorization, "sk-" sk-ant-; a URL has userinfo
     # only with an "@".)
     # Most literals are tested only when the text holds a character that every pattern they
@@ -153,11 +177,6 @@ def may_hold_a_secret(low: str) -> bool:
     # screens): they skip seven scans. Bearer tokens, AWS and Google keys need no such
     # character. A literal holding a rare letter (the "x" of "xox", the "j" of "eyj", the "z"
     # of "aiza") is looked for only where that letter is: prose and commands seldom hold one.
-    if not low.isascii() and _odd_case(low):  # isascii: a flag, not a scan
-        return True
-    keyed = "=" in low or ":" in low
-    if keyed and len(low) > _CHAIN_CHARS:
-        return _LITERALS.search(low) is not None
     return (
         (
             keyed
@@ -180,6 +199,14 @@ def may_hold_a_secret(low: str) -> bool:
         or "asia" in low
         or ("z" in low and "aiza" in low)
     )
+
+
+# Whether the lowercased ``low`` may hold a credential shape (never a miss). The compiled build
+# reads the text once, in C, whatever its length (``_screen.c``, which setup.py builds with it:
+# bench/RESULTS.md §1); the source chains ``in`` tests, or makes one regex pass over a long
+# text. None of them misses, and what is masked is the masking regex's to say: which screen
+# answers changes how soon a text is passed, not what a frame carries.
+may_hold_a_secret: Final[Callable[[str], bool]] = _native_screen or _screen_source
 
 
 def _not_only_counters(low: str) -> bool:

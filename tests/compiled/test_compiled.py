@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from codelegate.translator import compiled
+from codelegate.translator.shapes import screen_chain
+from tests.translator.test_screen import LITERALS, TEXTS
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = sorted((ROOT / "tests" / "golden").glob("*/*.jsonl"))
@@ -63,6 +66,50 @@ def test_the_compiled_translator_writes_the_sources_bytes_for_every_golden_trans
     assert len(TRANSCRIPTS) >= 20
     assert source.count(b"run_result") >= 2 * len(TRANSCRIPTS)
     assert _frames("compiled", Path(os.environ[PASS]), known) == source
+
+
+def test_the_compiled_build_screens_texts_in_c() -> None:
+    from codelegate.translator import _screen, redact, shapes
+
+    assert shapes.may_hold_a_secret is _screen.screen
+    assert redact.PLAIN.screen is _screen.screen
+
+
+@settings(max_examples=3000)
+@given(TEXTS)
+def test_the_c_screen_answers_what_the_chain_answers(text: str) -> None:
+    from codelegate.translator._screen import screen
+
+    assert screen(text.lower()) == screen_chain(text.lower())
+    assert screen(text) == screen_chain(text)
+
+
+# A character that makes a str of each width: latin-1 (one byte), the BMP (two), past it (four).
+WIDTHS = ("é", "…", "\U0001d11e")
+GATES = ("", "=", ":", "-", "_", ".", "@ ://", "_ = - . @ ://")
+
+
+@pytest.mark.parametrize("wide", ["", *WIDTHS])
+def test_the_c_screen_reads_every_literal_at_either_end_of_a_str_of_any_width(wide: str) -> None:
+    from codelegate.translator._screen import screen
+
+    for literal in (*LITERALS, "tokens", 'auth"', "auth'", "auth\\", "\u0131", "\u017f", "\u0307"):
+        for gate in GATES:
+            for text in (
+                literal + gate + wide,
+                wide + gate + literal,
+                literal[:-1] + wide + gate,  # cut short by a wider character
+                literal,
+                literal[:-1],
+            ):
+                assert screen(text) == screen_chain(text), text
+
+
+def test_the_c_screen_takes_only_a_str() -> None:
+    from codelegate.translator._screen import screen
+
+    with pytest.raises(TypeError, match="takes a str, not bytes"):
+        screen(b"token=x")  # type: ignore[arg-type]
 
 
 def test_the_install_says_its_translator_is_compiled() -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from codelegate.translator import Translator
 from codelegate.translator.frames import ToolCall
 from codelegate.translator.redact import Redactor
-from codelegate.translator.shapes import mask_shapes, may_hold_a_secret, redact_text
+from codelegate.translator.shapes import mask_shapes, may_hold_a_secret, redact_text, screen_chain
 from tests.translator.helpers import assistant, context, tool_use
 
 # Every literal of the screen, and the characters its gates look for.
@@ -98,6 +98,16 @@ def test_redaction_with_the_screen_agrees_with_masking_without_it(text: str) -> 
     assert redact_text(text) == slow
     if not may_hold_a_secret(low):
         assert slow == text
+
+
+@settings(max_examples=800)
+@given(TEXTS)
+def test_the_chain_alone_misses_nothing_at_any_length(text: str) -> None:
+    # What the compiled build's screen answers (_screen.c, checked against this in
+    # tests/compiled): the chain, also past the length where the source makes one regex pass.
+    low = text.lower()
+    if not screen_chain(low):
+        assert mask_shapes(text, low) == text
 
 
 def test_a_keyword_without_its_equals_sign_or_colon_is_not_searched() -> None:

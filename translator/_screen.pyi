@@ -1,0 +1,3 @@
+# The compiled build's credential screen (translator/_screen.c, built by setup.py).
+
+def screen(low: str, /) -> bool: ...
