@@ -37,20 +37,17 @@ class TextDelta(_Delta, tag="text_delta"):
     text: str | None = None
 
 
-class InputJsonDelta(_Delta, tag="input_json_delta"):
-    pass
+# Deltas and events that carry nothing for cards: one empty Struct a type (a tag needs a class).
+class InputJsonDelta(_Delta, tag="input_json_delta"): ...
 
 
-class ThinkingDelta(_Delta, tag="thinking_delta"):
-    pass
+class ThinkingDelta(_Delta, tag="thinking_delta"): ...
 
 
-class SignatureDelta(_Delta, tag="signature_delta"):
-    pass
+class SignatureDelta(_Delta, tag="signature_delta"): ...
 
 
-class CitationsDelta(_Delta, tag="citations_delta"):
-    pass
+class CitationsDelta(_Delta, tag="citations_delta"): ...
 
 
 class BlockStart(_Event, tag="content_block_start"):
@@ -72,24 +69,19 @@ class MessageStart(_Event, tag="message_start"):
     """A message starts: a text of its agent still streaming was cut off."""
 
 
-class BlockStop(_Event, tag="content_block_stop"):
-    pass
+class BlockStop(_Event, tag="content_block_stop"): ...
 
 
-class MessageDelta(_Event, tag="message_delta"):
-    pass
+class MessageDelta(_Event, tag="message_delta"): ...
 
 
-class MessageStop(_Event, tag="message_stop"):
-    pass
+class MessageStop(_Event, tag="message_stop"): ...
 
 
-class Ping(_Event, tag="ping"):
-    pass
+class Ping(_Event, tag="ping"): ...
 
 
-class StreamError(_Event, tag="error"):
-    pass
+class StreamError(_Event, tag="error"): ...
 
 
 Event = (
