@@ -45,9 +45,8 @@ class Messages:
     def _message_id(self) -> str:
         # O Chat keeps a message by its id (and drops one without): the run's n-th message.
         s = self.s
-        message_id = f"{s.run_id}:message:{len(s.message_ids) + 1}"
-        s.message_ids[message_id] = None
-        return message_id
+        s.messages += 1
+        return f"{s.run_id}:message:{s.messages}"
 
     def stream(self, msg: wire.StreamEvent) -> None:
         """A partial-message line: a block starts, or a text grows."""

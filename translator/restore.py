@@ -26,6 +26,7 @@ def restore_into(s: RunState, frames: Iterable[Frame]) -> None:
     s.started = True
     sequences: dict[str, int] = {}
     streaming: dict[str, ProviderMessage] = {}  # messages whose last frame is still partial
+    message_ids: set[str] = set()
     for frame in frames:
         s.seq = max(s.seq, frame.seq)
         s.review.observe(frame)
@@ -70,7 +71,7 @@ def restore_into(s: RunState, frames: Iterable[Frame]) -> None:
             sequences[frame.activityId.removeprefix(TOOL_PREFIX)] = frame.sequence
             s.sequence = max(s.sequence, frame.sequence)
         elif isinstance(frame, ProviderMessage):
-            s.message_ids[frame.messageId] = None
+            message_ids.add(frame.messageId)
             if frame.partial:
                 streaming[frame.messageId] = frame
             else:
@@ -82,6 +83,7 @@ def restore_into(s: RunState, frames: Iterable[Frame]) -> None:
         elif isinstance(frame, RunResult):
             s.result = frame.result
             s.closed = True
+    s.messages = len(message_ids)
     # A card's rows keep their number (sent before its tool_call, or after it by older daemons).
     for use_id, card in s.cards.items():
         card.sequence = sequences.get(use_id, 0)

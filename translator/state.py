@@ -62,7 +62,7 @@ class RunState:
         "invocation",
         "last_result",
         "limits",
-        "message_ids",
+        "messages",
         "now",
         "out",
         "parent",
@@ -119,7 +119,7 @@ class RunState:
         self.tools_started = self.tools_completed = self.tools_failed = 0
         self.revision = ctx.revision_base  # the Work Room's, continued across its runs
         self.sequence = ctx.sequence_base  # the last Work Room row number used
-        self.message_ids: dict[str, None] = {}
+        self.messages = 0  # the run's messages so far (the last one's number)
         # The text block streaming now, per agent (None = the main one), until its full line.
         self.streaming: dict[str | None, StreamedText] = {}
         self.diag: dict[DiagnosticCode, int] = {}  # counts so far
