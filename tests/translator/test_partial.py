@@ -185,17 +185,33 @@ def test_stream_events_of_other_shapes_carry_nothing() -> None:
     assert of_type(frames, "diagnostic") == []
 
 
-def test_deltas_of_thinking_and_tool_input_do_not_grow_the_text_that_streams() -> None:
-    # The intake dismisses them while a text streams too (not only while none does).
+def quiet_events(marker: str, known: bool) -> list[bytes]:
+    """Two partial events that carry nothing for the text that streams, ``marker`` in each."""
+    if known:
+        deltas = [
+            {"type": "input_json_delta", "partial_json": f'{{"k": "{marker}'},
+            {"type": "thinking_delta", "thinking": marker},
+        ]
+        return [event(type="content_block_delta", index=0, delta=d) for d in deltas]
+    new_delta = {"type": "compaction_delta", "text": marker}
+    return [
+        event(type="content_block_delta", index=0, delta=new_delta),
+        event(type="content_block_pause", index=0, text=marker),
+    ]
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["thinking and tool input", "not known yet"])
+def test_deltas_that_carry_nothing_do_not_grow_the_text_that_streams(known: bool) -> None:
+    # The intake dismisses them while a text streams too (not only while none does); a new CLI
+    # may stream types this version does not list: neither shown nor counted.
     marker = secrets.token_hex(8)
-    input_delta = {"type": "input_json_delta", "partial_json": f'{{"k": "{marker}'}
-    thinking_delta = {"type": "thinking_delta", "thinking": marker}
+    first, second = quiet_events(marker, known)
     frames = feed(
         [
             (1001.0, start_text()),
             (1001.0, delta("The answer ")),
-            (1001.05, event(type="content_block_delta", index=0, delta=input_delta)),
-            (1001.1, event(type="content_block_delta", index=0, delta=thinking_delta)),
+            (1001.05, first),
+            (1001.1, second),
             (1001.2, delta("is here.")),
         ],
         close=False,
@@ -205,6 +221,7 @@ def test_deltas_of_thinking_and_tool_input_do_not_grow_the_text_that_streams() -
         ("run-1:message:1", "The answer is", True),
     ]
     assert marker not in str(frames)
+    assert [f for f in frames if f["type"] == "diagnostic"] == []
 
 
 def test_a_stream_event_of_a_wrong_shape_is_a_malformed_line() -> None:
@@ -220,28 +237,6 @@ def test_a_text_delta_whose_text_is_not_a_string_is_a_malformed_line() -> None:
     assert [(d["code"], d["count"]) for d in of_type(frames, "diagnostic")] == [
         ("malformed_line", 1)
     ]
-
-
-def test_an_event_or_a_delta_of_a_type_not_known_yet_carries_nothing() -> None:
-    # A new CLI may stream types this version does not list: neither shown nor counted.
-    marker = secrets.token_hex(8)
-    new_delta = {"type": "compaction_delta", "text": marker}
-    frames = feed(
-        [
-            (1001.0, start_text()),
-            (1001.0, delta("The answer ")),
-            (1001.05, event(type="content_block_delta", index=0, delta=new_delta)),
-            (1001.1, event(type="content_block_pause", index=0, text=marker)),
-            (1001.2, delta("is here.")),
-        ],
-        close=False,
-    )
-    assert messages(frames) == [
-        ("run-1:message:1", "The answer", True),
-        ("run-1:message:1", "The answer is", True),
-    ]
-    assert marker not in str(frames)
-    assert [f for f in frames if f["type"] == "diagnostic"] == []
 
 
 @pytest.mark.parametrize(
