@@ -57,6 +57,7 @@ static const struct {
     {"aiza", HIT},
 };
 #define LITERALS (sizeof(literals) / sizeof(literals[0]))
+_Static_assert(LITERALS <= 32, "a pair's literals are the bits of an unsigned");
 
 /* What one ASCII character adds, and which literals start with each pair of them (a bit each). */
 static unsigned short single[128];
@@ -174,7 +175,7 @@ screen(PyObject *Py_UNUSED(module), PyObject *low)
 
 static PyMethodDef methods[] = {
     {"screen", screen, METH_O,
-     "screen(low, /)\n--\n\nWhether the lowercased text may hold a credential shape "
+     "screen($module, low, /)\n--\n\nWhether the lowercased text may hold a credential shape "
      "(shapes.screen_chain, in one pass)."},
     {NULL, NULL, 0, NULL},
 };

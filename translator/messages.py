@@ -66,7 +66,7 @@ class Messages:
             ):
                 self._grow(streamed, delta.text)
             return
-        if not isinstance(event, BlockStart | MessageStart):
+        if not isinstance(event, BlockStart) and not isinstance(event, MessageStart):
             return  # a block's or a message's end, a thinking delta …: nothing to show
         # A block's full line comes before the next block of its agent starts (a stream fact):
         # a text still streaming then never got one (a stream cut off) and ends as far as it
