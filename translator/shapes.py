@@ -73,6 +73,10 @@ def is_secret_key(key: str) -> bool:
 # starts with "[" (see the module docstring).
 _VALUE_ONLY: Final = (
     r"""[ \t]*(?:(?:bearer|basic|token)\s+)?+"""
+    # A private key as the value (a service account's "private_key": "-----BEGIN …") is left to
+    # its own branch, which masks the whole block: a bare value would stop at the header's
+    # first space and leave the key's body.
+    r"""(?![\\"']*-----begin)"""
     r"""(?:\\*"([^"\n\\]*)\\*"|'([^'\n]*)'|\\*["']?([^\s"',;\[\\][^\s"',;]*))"""
 )
 _VALUE: Final = r"""[a-z0-9_.-]*\\*["']?[ \t]*[=:]""" + _VALUE_ONLY
@@ -98,7 +102,7 @@ _SECRET_SOURCE: Final = "|".join(
         # auth_key / authorization as names, and a JSON "auth" key (docker's config.json),
         # not "author".
         r"auth(?:(?:[_-]?key|orization)" + _VALUE + r"""|\\*["'][ \t]*:""" + _VALUE_ONLY + ")",
-        r"bearer\s+([a-z0-9._~+/-]{8,}=*)",
+        r"bearer\s+(?!-----begin)([a-z0-9._~+/-]{8,}=*)",  # not a private key's header
         # A URL's userinfo (postgres://u:p@h/db, https://x:token@github.com): all of it, since
         # a token may stand where the user name does. Up to the last "@" before the host.
         r"://([^\s/?#\[]+)@",

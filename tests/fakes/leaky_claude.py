@@ -9,8 +9,9 @@ permission denial, in a malformed and an unknown line, in the final result, and 
 Also what the model or the CLI chooses (a tool name, a written file's path, a denied tool's name,
 a subagent's last tool, the session id it reports), the credentials the daemon passed to it
 (printed bare, base64- and hex-encoded, JSON- and URL-escaped), shapes the redactor once missed
-(JSON-escaped keys, URL userinfo, AIza, docker auth, PGP, AccountKey), and on stderr a PEM key
-over several lines and a line cut by the daemon in the middle of a token.
+(JSON-escaped keys, URL userinfo, AIza, docker auth, PGP, AccountKey, a service account's
+private_key), and on stderr a PEM key over several lines and a line cut by the daemon in the
+middle of a token.
 """
 
 from __future__ import annotations
@@ -205,6 +206,8 @@ def chosen(emit: Any, base: dict[str, Any], s: dict[str, str]) -> None:
         '{"auths": {"ghcr.io": {"auth": "' + s["docker"] + '"}}}',
         s["pgp"],
         f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={s['account_key']};x=y",
+        # `cat` of a cloud service account's key file: the PEM is a JSON string's value.
+        json.dumps({"type": "service_account", "private_key": s["account_pem"]}, indent=2),
     ]
     result("toolu_leak7", "\n".join(passed + shapes))
     # The CLI reports a session id of its own choosing.

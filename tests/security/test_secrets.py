@@ -44,6 +44,7 @@ def plant() -> dict[str, str]:
     pem_body = "\n".join(_alnum(64) for _ in range(4))
     pgp_body = "\n".join(_alnum(64) for _ in range(3))
     stderr_body = "\n".join(_alnum(64) for _ in range(4))
+    account_body = "\n".join(_alnum(64) for _ in range(4))
     return {
         "ant": "sk-ant-api03-" + h(24),
         "ant2": "sk-ant-api03-" + h(24),
@@ -86,6 +87,7 @@ def plant() -> dict[str, str]:
         + pgp_body
         + "\n=ab12\n-----END PGP PRIVATE KEY BLOCK-----",
         "account_key": base64.b64encode(secrets.token_bytes(48)).decode(),
+        "account_pem": f"-----BEGIN PRIVATE KEY-----\n{account_body}\n-----END PRIVATE KEY-----\n",
     }
 
 

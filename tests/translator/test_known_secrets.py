@@ -125,6 +125,10 @@ SHAPES = st.sampled_from(
         "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=%s;EndpointSuffix=x",
         "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n%s\n=abcd\n-----END PGP PRIVATE KEY BLOCK-----",
         "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: 1\n%s",  # cut off
+        # A private key as a NAME's value: masked whole, not up to its header's first space.
+        '"private_key": "-----BEGIN PRIVATE KEY-----\\n%s\\n-----END PRIVATE KEY-----\\n"',
+        "private_key=-----BEGIN RSA PRIVATE KEY-----\n%s\n-----END RSA PRIVATE KEY-----",
+        "Authorization: Bearer\n-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n%s\n=ab\n",
     ]
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any
 
@@ -297,6 +298,25 @@ def test_key_cache_is_bounded() -> None:
 def test_key_text_cache_is_bounded() -> None:
     cleaned = clean_value({f"name_{i}": i for i in range(5000)}, string_bytes=100, items=6000)
     assert cleaned["name_4999"] == 4999
+
+
+def test_a_service_accounts_private_key_read_as_json_is_masked_whole() -> None:
+    # `cat key.json` of a cloud service account: the key is the value of "private_key", its
+    # line breaks escaped. A value stopped at the header's first space once, and left the body.
+    body, key_id = secrets.token_urlsafe(48), secrets.token_hex(20)
+    pem = f"-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"
+    account = {
+        "type": "service_account",
+        "private_key_id": key_id,
+        "private_key": pem,
+        "client_email": "bot@project.iam.gserviceaccount.com",
+    }
+    out = clean_text(json.dumps(account, indent=2), 16_000)
+    assert body not in out
+    assert key_id not in out
+    assert "bot@project.iam.gserviceaccount.com" in out  # the rest stays readable
+    for text in (f"private_key={pem}", f'password="{pem}"', f"Authorization: Bearer\n{pem}"):
+        assert body not in clean_text(text, 16_000)
 
 
 def test_a_value_that_starts_like_a_key_id_is_still_masked() -> None:
