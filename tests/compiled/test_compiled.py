@@ -1,8 +1,9 @@
-"""The compiled build writes what the source writes.
+"""The compiled build writes what the source writes, and screens texts as the source does.
 
 Runs in `make test`'s compiled pass (this process imports the mypyc build, setup.py); the source is
 run beside it in a process of its own. Every golden transcript goes through both, with and without
-known values to mask, and the frame bytes must be the same.
+known values to mask, and the frame bytes must be the same. The build's credential screen in C
+(translator/_screen.c) must answer what the source's chain of tests answers (shapes.screen_chain).
 """
 
 from __future__ import annotations
