@@ -10,7 +10,7 @@ exact values a run is known to hold are :class:`~translator.redact.Redactor`'s.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 _native_screen: Callable[[str], bool] | None
@@ -227,7 +227,7 @@ def _auth_as_a_name(low: str) -> bool:
 
 def _spans(text: str, low: str) -> list[tuple[int, int]]:
     same = len(low) == len(text) and (low.isascii() or not _odd_case(low))
-    matches = _SECRET.finditer(low) if same else _SECRET_ANYCASE.finditer(text)
+    matches = _overlapping(_SECRET, low) if same else _overlapping(_SECRET_ANYCASE, text)
     spans: list[tuple[int, int]] = []
     for match in matches:
         group = match.lastindex
@@ -250,6 +250,18 @@ def _spans(text: str, low: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _overlapping(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """Every match of ``pattern`` in ``text``, also those that start inside another."""
+    # A branch that takes a value up to a space (or a bearer token up to a character it may not
+    # hold) can end inside a second secret, whose own branch has to start there:
+    # `api_key=x&-----BEGIN … KEY-----`, `Bearer x/api_key=y`. finditer would go on after the
+    # first match only, and show the rest of the second.
+    match = pattern.search(text)
+    while match is not None:
+        yield match
+        match = pattern.search(text, match.start() + 1)
+
+
 def redact_text(text: str) -> str:
     """``text`` with credential-shaped values (tokens, keys, ``NAME=value`` secrets) masked."""
     low = text.lower()
@@ -263,12 +275,15 @@ def mask_shapes(text: str, low: str) -> str:
     spans = _spans(text, low)
     if not spans:
         return text
-    # One regex pass: the spans come sorted and never overlap.
+    # Spans that overlap are masked as one; those that only touch, each on its own.
     out: list[str] = []
     pos = 0
-    for start, end in spans:
-        out.append(text[pos:start])
-        out.append(MASK)
-        pos = end
+    for start, end in sorted(spans):
+        if start >= pos:
+            out.append(text[pos:start])
+            out.append(MASK)
+            pos = end
+        elif end > pos:
+            pos = end
     out.append(text[pos:])
     return "".join(out)

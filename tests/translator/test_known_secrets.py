@@ -144,6 +144,35 @@ def test_shapes_the_redactor_used_to_miss_never_survive(
     assert secret not in PLAIN.clean_text(text, 4096)
 
 
+# Shapes whose match may end inside what follows it (a bare value up to a space, a bearer
+# token up to a character it may not hold), and shapes that must start where they do.
+GLUED = st.sampled_from(
+    [
+        "-----BEGIN RSA PRIVATE KEY-----\n%s\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n%s",
+        "sk-ant-api03-%s",
+        "ghp_%s",
+        "xoxb-%s",
+        "eyJhbGciOiJIUzI1NiJ9.eyJ%s.abcdefgh",
+        "postgres://app:%s@db/x",
+        "api_key=%s",
+        '"password": "%s"',
+        "Bearer %s",
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(GLUED, GLUED, st.sampled_from(["", " ", "\n", ",", ";", '"', "&", "/", "=", ":", "-", "_"]))
+def test_two_secrets_glued_together_are_both_masked(first: str, second: str, glue: str) -> None:
+    # The first one's match may end inside the second, which is then found where it starts.
+    one, two = secrets.token_hex(12), secrets.token_hex(12)
+    out = PLAIN.text(first % one + glue + second % two)
+    assert one not in out
+    assert two not in out
+    assert PLAIN.text(out) == out
+
+
 @given(st.text(string.ascii_letters + string.digits + "_-", min_size=35, max_size=35))
 def test_google_api_keys_are_masked(core: str) -> None:
     key = "AIza" + core
