@@ -121,6 +121,8 @@ _SECRET_SOURCE: Final = "|".join(
     )
 )
 _SECRET: Final = re.compile(_SECRET_SOURCE, re.DOTALL)
+# How many matches in a row that end inside an earlier one are searched for (``_overlapping``).
+_INSIDE_SEARCHES: Final = 4
 # For the rare text whose lowercasing changes its length (so spans would not fit the text).
 _SECRET_ANYCASE: Final = re.compile(_SECRET_SOURCE, re.DOTALL | re.IGNORECASE)
 
@@ -255,11 +257,20 @@ def _overlapping(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]
     # A branch that takes a value up to a space (or a bearer token up to a character it may not
     # hold) can end inside a second secret, whose own branch has to start there:
     # `api_key=x&-----BEGIN … KEY-----`, `Bearer x/api_key=y`. finditer would go on after the
-    # first match only, and show the rest of the second.
+    # first match only, and show the rest of the second. Each search from inside a match costs
+    # up to that match's length again: after a few in a row that reach no further (`token=`
+    # ten thousand times over), the search goes on from the furthest end, so that no text costs
+    # more than a few passes.
     match = pattern.search(text)
+    reach = inside = 0
     while match is not None:
         yield match
-        match = pattern.search(text, match.start() + 1)
+        if match.end() > reach:
+            reach, inside = match.end(), 0
+        else:
+            inside += 1
+        after = match.start() + 1 if inside < _INSIDE_SEARCHES else reach
+        match = pattern.search(text, after)
 
 
 def redact_text(text: str) -> str:

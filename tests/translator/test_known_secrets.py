@@ -20,7 +20,7 @@ from codelegate.translator import Outcome, Translator
 from codelegate.translator.bounds import cut_marker
 from codelegate.translator.frames import ProviderActivity, ToolCall, encode_frame
 from codelegate.translator.redact import PLAIN, Redactor, known_forms
-from codelegate.translator.shapes import MASK
+from codelegate.translator.shapes import _INSIDE_SEARCHES, _SECRET, MASK, _overlapping
 from tests.translator.helpers import (
     EXITED,
     assistant,
@@ -171,6 +171,14 @@ def test_two_secrets_glued_together_are_both_masked(first: str, second: str, glu
     assert one not in out
     assert two not in out
     assert PLAIN.text(out) == out
+
+
+def test_matches_inside_another_are_searched_a_few_times_not_once_a_character() -> None:
+    # Each search from inside a match costs up to its length again: a text of one value that
+    # holds a keyword every few characters must not cost a pass per keyword.
+    text = "token=" * 2000
+    assert len(list(_overlapping(_SECRET, text))) == 1 + _INSIDE_SEARCHES
+    assert PLAIN.text(text) == "token=" + MASK
 
 
 @given(st.text(string.ascii_letters + string.digits + "_-", min_size=35, max_size=35))
